@@ -1,0 +1,6 @@
+"""Capsule layers."""
+
+from keras_capsules.layers.capsule import Capsule
+from keras_capsules.layers.length import Length
+from keras_capsules.layers.mask import Mask
+from keras_capsules.layers.primary_capsule import PrimaryCapsule

@@ -1,0 +1,133 @@
+"""Fully connected capsule layer: votes by learned transforms, then routing."""
+
+import keras
+from keras import ops
+
+from keras_capsules.routing.base import Router
+from keras_capsules.routing.dynamic import DynamicRouting
+from keras_capsules.validation import positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class Capsule(keras.layers.Layer):
+    """A layer of capsules fed by every capsule of the layer below.
+
+    Each child `i` predicts each parent `j` with its own transform,
+    `votes[b, i, j, :] = u[b, i, :] @ W[i, j]`, `W: (in_caps, num_capsules,
+    in_dim, capsule_dim)`; with `share_weights=True` one transform per
+    parent, `W: (num_capsules, in_dim, capsule_dim)`, serves every child
+    (then `in_caps` may vary). A router turns the votes into parent poses
+    and activations. Votes are one einsum.
+
+    Inputs: poses `(batch, in_caps, in_dim)`, or `[poses, activations]` with
+    activations `(batch, in_caps)`, which are passed to the router.
+    Output: poses `(batch, num_capsules, capsule_dim)`, or `(poses,
+    activations)` when `return_activations=True`.
+
+    Args:
+        num_capsules: number of parent capsules.
+        capsule_dim: dimension of each parent capsule.
+        router: a `keras_capsules.routing.Router`; default
+            `DynamicRouting()` (3 iterations, as in the paper).
+        share_weights: one transform per parent shared by all children.
+        kernel_initializer: initializer of `W`.
+        return_activations: also return the parent activations.
+
+    Example (the digit capsules of the paper):
+
+    >>> u = keras.Input((1152, 8))
+    >>> keras_capsules.layers.Capsule(10, 16)(u).shape
+    (None, 10, 16)
+
+    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
+    NeurIPS 2017.
+    """
+
+    def __init__(
+        self,
+        num_capsules,
+        capsule_dim,
+        router=None,
+        share_weights=False,
+        kernel_initializer="glorot_uniform",
+        return_activations=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
+        self.router = deserialize_router(router)
+        self.share_weights = bool(share_weights)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.return_activations = bool(return_activations)
+
+    def build(self, input_shape):
+        poses_shape, activations_shape = split_capsule_inputs(input_shape)
+        if len(poses_shape) != 3:
+            raise ValueError(
+                "Capsule expects poses of shape (batch, in_caps, in_dim). "
+                f"Received: poses.shape={tuple(poses_shape)}"
+            )
+        batch, in_caps, in_dim = poses_shape
+        if in_dim is None or (in_caps is None and not self.share_weights):
+            raise ValueError(
+                "Capsule needs a known in_dim, and a known in_caps unless "
+                f"share_weights=True. Received: poses.shape={tuple(poses_shape)}"
+            )
+        transform = (self.num_capsules, in_dim, self.capsule_dim)
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=transform if self.share_weights else (in_caps, *transform),
+            initializer=self.kernel_initializer,
+        )
+        self.router.build(
+            (batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape
+        )
+
+    def call(self, inputs):
+        poses, activations = split_capsule_inputs(inputs)
+        equation = "bid,jde->bije" if self.share_weights else "bid,ijde->bije"
+        votes = ops.einsum(equation, poses, self.kernel)
+        outputs = self.router(votes, activations)
+        return outputs if self.return_activations else outputs[0]
+
+    def compute_output_shape(self, input_shape):
+        poses_shape, _ = split_capsule_inputs(input_shape)
+        batch = poses_shape[0]
+        poses = (batch, self.num_capsules, self.capsule_dim)
+        return (poses, (batch, self.num_capsules)) if self.return_activations else poses
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_capsules=self.num_capsules,
+            capsule_dim=self.capsule_dim,
+            router=keras.saving.serialize_keras_object(self.router),
+            share_weights=self.share_weights,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            return_activations=self.return_activations,
+        )
+        return config
+
+
+def split_capsule_inputs(inputs):
+    """`poses` or `[poses, activations]` (tensors or shapes) -> the pair."""
+    if isinstance(inputs, (list, tuple)) and len(inputs) == 2 and not isinstance(
+        inputs[0], (int, type(None))
+    ):
+        return inputs[0], inputs[1]
+    return inputs, None
+
+
+def deserialize_router(router):
+    """`None` -> `DynamicRouting()`; a config dict -> its router; checks type."""
+    if router is None:
+        return DynamicRouting()
+    if isinstance(router, dict):
+        router = keras.saving.deserialize_keras_object(router)
+    if not isinstance(router, Router):
+        raise ValueError(
+            "`router` must be a keras_capsules.routing.Router instance. "
+            f"Received: router={router!r}"
+        )
+    return router

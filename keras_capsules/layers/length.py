@@ -1,0 +1,47 @@
+"""Capsule lengths, the usual class scores of a capsule network."""
+
+import keras
+
+from keras_capsules.ops import safe_norm
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class Length(keras.layers.Layer):
+    """Length of each capsule: `safe_norm(poses, axis=-1)`.
+
+    `(batch, num_caps, dim) -> (batch, num_caps)`; the norm is
+    `sqrt(sum(x^2) + epsilon)`, differentiable at zero.
+
+    Args:
+        epsilon: added under the square root.
+
+    Example:
+
+    >>> keras_capsules.layers.Length()(keras.ops.ones((2, 10, 16))).shape
+    (2, 10)
+
+    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
+    NeurIPS 2017 (class probability = capsule length).
+    """
+
+    def __init__(self, epsilon=1e-7, **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon = float(epsilon)
+
+    def build(self, input_shape):
+        if len(input_shape) < 2:
+            raise ValueError(
+                "Length expects capsules of shape (batch, ..., dim). "
+                f"Received: input_shape={tuple(input_shape)}"
+            )
+
+    def call(self, inputs):
+        return safe_norm(inputs, axis=-1, epsilon=self.epsilon)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(epsilon=self.epsilon)
+        return config

@@ -1,0 +1,56 @@
+"""Masking capsules by label, for the reconstruction decoder."""
+
+import keras
+from keras import ops
+
+from keras_capsules.ops import safe_norm
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class Mask(keras.layers.Layer):
+    """Keeps one capsule per example and flattens, as the decoder expects.
+
+    `Mask()([poses, labels])` keeps the capsule of the true class (`labels`
+    one-hot `(batch, num_caps)`, or integer class ids `(batch,)`);
+    `Mask()(poses)` keeps the longest capsule. Every other capsule is
+    zeroed and the result flattened to `(batch, num_caps * dim)`.
+
+    Example:
+
+    >>> poses = keras.random.normal((2, 10, 16))
+    >>> keras_capsules.layers.Mask()([poses, keras.ops.eye(10)[:2]]).shape
+    (2, 160)
+
+    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
+    NeurIPS 2017, section 4.1.
+    """
+
+    def build(self, input_shape):
+        poses_shape = input_shape[0] if _is_pair(input_shape) else input_shape
+        if len(poses_shape) != 3:
+            raise ValueError(
+                "Mask expects poses of shape (batch, num_caps, dim). "
+                f"Received: poses.shape={tuple(poses_shape)}"
+            )
+
+    def call(self, inputs):
+        if _is_pair(inputs):
+            poses, labels = inputs
+            if len(labels.shape) == 1:
+                labels = ops.one_hot(ops.cast(labels, "int32"), poses.shape[1])
+        else:
+            poses = inputs
+            labels = ops.one_hot(ops.argmax(safe_norm(poses), axis=-1), poses.shape[1])
+        masked = poses * ops.cast(labels, poses.dtype)[..., None]
+        return ops.reshape(masked, (-1, poses.shape[1] * poses.shape[2]))
+
+    def compute_output_shape(self, input_shape):
+        poses_shape = input_shape[0] if _is_pair(input_shape) else input_shape
+        batch, num_caps, dim = poses_shape
+        return (batch, None if num_caps is None else num_caps * dim)
+
+
+def _is_pair(inputs):
+    return isinstance(inputs, (list, tuple)) and not isinstance(
+        inputs[0], (int, type(None))
+    )

@@ -1,0 +1,123 @@
+"""Primary capsules: one convolution, regrouped into capsules."""
+
+import keras
+from keras import ops
+
+from keras_capsules.ops import squash
+from keras_capsules.validation import int_tuple, one_of, positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class PrimaryCapsule(keras.layers.Layer):
+    """Convolutional primary capsules (Sabour et al., 2017).
+
+    One 2-D convolution with `num_capsules * capsule_dim` filters; its
+    output `(batch, H', W', num_capsules * capsule_dim)` is regrouped into
+    `(batch, H' * W' * num_capsules, capsule_dim)` capsules (the capsule
+    type is the fastest-varying axis after the position) and squashed:
+
+    ```
+    y = conv2d(x, kernel, strides, padding) + bias
+    capsules = squash(reshape(y, (batch, H' * W' * num_capsules, capsule_dim)))
+    ```
+
+    Args:
+        num_capsules: capsule types per position (32 in the paper).
+        capsule_dim: dimension of each capsule (8 in the paper).
+        kernel_size: int or pair.
+        strides: int or pair.
+        padding: `"valid"` or `"same"`.
+        squash: apply `keras_capsules.ops.squash` to the capsules.
+        kernel_initializer, bias_initializer: initializers.
+
+    Example (the paper's 1152 primary capsules):
+
+    >>> x = keras.Input((20, 20, 256))
+    >>> keras_capsules.layers.PrimaryCapsule(32, 8, 9, strides=2)(x).shape
+    (None, 1152, 8)
+
+    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
+    NeurIPS 2017.
+    """
+
+    def __init__(
+        self,
+        num_capsules,
+        capsule_dim,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        squash=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
+        self.kernel_size = int_tuple(kernel_size, 2, "kernel_size")
+        self.strides = int_tuple(strides, 2, "strides")
+        self.padding = one_of(padding, ("valid", "same"), "padding")
+        self.squash = bool(squash)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+
+    def build(self, input_shape):
+        if len(input_shape) != 4:
+            raise ValueError(
+                "PrimaryCapsule expects images of shape (batch, height, width, "
+                f"channels). Received: input_shape={tuple(input_shape)}"
+            )
+        spatial = self._output_spatial(input_shape)
+        if any(n is not None and n < 1 for n in spatial):
+            raise ValueError(
+                f"`kernel_size={self.kernel_size}` is larger than the input grid "
+                f"{tuple(input_shape[1:3])} with padding='valid'."
+            )
+        filters = self.num_capsules * self.capsule_dim
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(*self.kernel_size, input_shape[-1], filters),
+            initializer=self.kernel_initializer,
+        )
+        self.bias = self.add_weight(
+            name="bias", shape=(filters,), initializer=self.bias_initializer
+        )
+
+    def call(self, inputs):
+        y = ops.conv(inputs, self.kernel, strides=self.strides, padding=self.padding)
+        y = y + self.bias
+        batch = ops.shape(y)[0]
+        capsules = ops.reshape(y, (batch, -1, self.capsule_dim))
+        return squash(capsules) if self.squash else capsules
+
+    def _output_spatial(self, input_shape):
+        out = []
+        for n, k, s in zip(input_shape[1:3], self.kernel_size, self.strides):
+            if n is None:
+                out.append(None)
+            elif self.padding == "same":
+                out.append(-(-n // s))
+            else:
+                out.append((n - k) // s + 1)
+        return out
+
+    def compute_output_shape(self, input_shape):
+        h, w = self._output_spatial(input_shape)
+        n = None if h is None or w is None else h * w * self.num_capsules
+        return (input_shape[0], n, self.capsule_dim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_capsules=self.num_capsules,
+            capsule_dim=self.capsule_dim,
+            kernel_size=self.kernel_size,
+            strides=self.strides,
+            padding=self.padding,
+            squash=self.squash,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+        )
+        return config
+

@@ -1,0 +1,4 @@
+"""Routing algorithms: each maps child votes to parent poses and activations."""
+
+from keras_capsules.routing.base import Router
+from keras_capsules.routing.dynamic import DynamicRouting

@@ -1,0 +1,112 @@
+"""Dynamic routing by agreement (Sabour et al., 2017)."""
+
+import keras
+from keras import ops
+
+from keras_capsules.ops import safe_norm, squash
+from keras_capsules.routing.base import Router
+from keras_capsules.validation import one_of, positive_float, positive_int
+
+AGREEMENTS = ("dot", "cosine", "euclidean")
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class DynamicRouting(Router):
+    """Dynamic routing by agreement.
+
+    With votes `u[b, i, j, :]` of child `i` for parent `j`:
+
+    ```
+    b = zeros(batch, in_caps, out_caps)
+    for r in range(iterations):
+        c = softmax(b / temperature, axis=out_caps)
+        s = sum_i c[:, i, j] * u[:, i, j, :]
+        v = squash(s)
+        if r < iterations - 1:
+            b = b + step_size * agreement(u, v)
+    poses = v; activations = safe_norm(v); coefficients = c
+    ```
+
+    `agreement` is `"dot"` (`sum_d u * v`, the paper), `"cosine"`
+    (`dot / (safe_norm(u) * safe_norm(v))`) or `"euclidean"`
+    (`-sum_d (u - v)^2`). With `stop_gradient=True` the iterations before
+    the last one see `stop_gradient(u)` (the naturomics variant: a cheaper
+    backward pass); the default `False` matches the official code, which
+    differentiates through every iteration.
+
+    Input `activations` are accepted and ignored: dynamic routing weighs
+    children by the length of their votes only.
+
+    Args:
+        iterations: number of routing iterations, `>= 1`.
+        temperature: divides the logits before the softmax, `> 0`.
+        agreement: `"dot"`, `"cosine"` or `"euclidean"`.
+        step_size: multiplies each logit update.
+        stop_gradient: stop gradients through the votes in every iteration
+            but the last.
+
+    Example:
+
+    >>> router = keras_capsules.routing.DynamicRouting(iterations=3)
+    >>> poses, lengths = router(keras.random.normal((2, 1152, 10, 16)))
+    >>> poses.shape, lengths.shape
+    ((2, 10, 16), (2, 10))
+
+    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
+    NeurIPS 2017 (Procedure 1).
+    """
+
+    def __init__(
+        self,
+        iterations=3,
+        temperature=1.0,
+        agreement="dot",
+        step_size=1.0,
+        stop_gradient=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.iterations = positive_int(iterations, "iterations")
+        self.temperature = positive_float(temperature, "temperature")
+        self.agreement = one_of(agreement, AGREEMENTS, "agreement")
+        self.step_size = float(step_size)
+        self.stop_gradient = bool(stop_gradient)
+
+    def route(self, votes, activations):
+        del activations  # Dynamic routing does not use child activations.
+        out_caps = votes.shape[2]
+        logits = None
+        for r in range(self.iterations):
+            last = r == self.iterations - 1
+            u = votes if last or not self.stop_gradient else ops.stop_gradient(votes)
+            if logits is None:
+                # softmax(0) is uniform: skip the softmax and one einsum.
+                coefficients = ops.full_like(votes[..., 0], 1.0 / out_caps)
+                s = ops.sum(u, axis=1) / out_caps
+            else:
+                coefficients = ops.softmax(logits / self.temperature, axis=-1)
+                s = ops.einsum("bij,bijd->bjd", coefficients, u)
+            v = squash(s)
+            if not last:
+                update = self._agreement(u, v) * self.step_size
+                logits = update if logits is None else logits + update
+        return v, safe_norm(v), coefficients
+
+    def _agreement(self, u, v):
+        if self.agreement == "euclidean":
+            return -ops.sum(ops.square(u - v[:, None]), axis=-1)
+        dot = ops.einsum("bijd,bjd->bij", u, v)
+        if self.agreement == "cosine":
+            return dot / (safe_norm(u) * safe_norm(v)[:, None, :])
+        return dot
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            iterations=self.iterations,
+            temperature=self.temperature,
+            agreement=self.agreement,
+            step_size=self.step_size,
+            stop_gradient=self.stop_gradient,
+        )
+        return config

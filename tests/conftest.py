@@ -1,0 +1,42 @@
+"""Shared test set-up.
+
+torch is imported before tensorflow: importing them the other way round in
+one process can crash (both bundle their own native libraries).
+"""
+
+import os
+
+try:
+    import torch  # noqa: F401
+except ImportError:
+    pass
+
+import keras
+import pytest
+
+BACKEND = keras.backend.backend()
+
+
+def pytest_report_header(config):
+    return f"keras {keras.__version__}, backend {BACKEND}"
+
+
+@pytest.fixture(autouse=True)
+def _float32_policy():
+    """Each test starts and ends with the float32 policy."""
+    keras.config.set_dtype_policy("float32")
+    yield
+    keras.config.set_dtype_policy("float32")
+
+
+def jit_compile_for_backend():
+    """`jit_compile` as `model.fit` tests use it: XLA on TF and JAX."""
+    return BACKEND in ("tensorflow", "jax")
+
+
+def real_mnist_dir():
+    """TFDS data dir holding prepared mnist, or None."""
+    data_dir = os.environ.get("TFDS_DATA_DIR")
+    if data_dir and os.path.isdir(os.path.join(data_dir, "mnist")):
+        return data_dir
+    return None

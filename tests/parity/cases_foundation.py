@@ -1,0 +1,90 @@
+"""Parity cases of the foundation: ops, DynamicRouting, Capsule."""
+
+import itertools
+
+import keras_capsules
+from keras_capsules import ops as kc_ops
+from tests.parity.registry import Case, register, stateless
+from tests.reference import dynamic as ref_dynamic
+from tests.reference import ops as ref_ops
+
+
+def _op_inputs(rng):
+    x = rng.normal(size=(3, 5, 4))
+    x[0, 0] = 0.0  # a zero vector: values and gradients must stay finite
+    x[1, 1] *= 1e-3
+    return {"x": x}
+
+
+for _op in ("safe_norm", "squash", "efficient_squash"):
+    register(
+        Case(
+            name=f"op-{_op}",
+            inputs=_op_inputs,
+            reference=lambda a, op=_op: [getattr(ref_ops, op)(a["x"])],
+            forward=lambda layer, t, op=_op: [getattr(kc_ops, op)(t["x"])],
+            diff=("x",),
+        )
+    )
+
+
+def _votes(rng):
+    return {"votes": rng.normal(size=(2, 5, 3, 4))}
+
+
+for _agreement, _iterations, _temperature, _stop in itertools.product(
+    ("dot", "cosine", "euclidean"), (1, 3), (0.5, 1.0, 2.0), (False, True)
+):
+    if _iterations == 1 and _stop:
+        continue  # identical to stop_gradient=False
+    _kwargs = dict(iterations=_iterations, temperature=_temperature, agreement=_agreement)
+    register(
+        Case(
+            name=f"dynamic-{_agreement}-it{_iterations}-t{_temperature}"
+            + ("-stopgrad" if _stop else ""),
+            inputs=_votes,
+            build=lambda kw=_kwargs, s=_stop: keras_capsules.routing.DynamicRouting(
+                stop_gradient=s, **kw
+            ),
+            reference=lambda a, kw=_kwargs: list(
+                ref_dynamic.dynamic_routing(a["votes"], **kw)
+            ),
+            forward=lambda layer, t: list(layer(t["votes"], return_coefficients=True)),
+            grad_reference=lambda a, a0, kw=_kwargs, s=_stop: list(
+                ref_dynamic.dynamic_routing(
+                    a["votes"], early_votes=a0["votes"] if s else None, **kw
+                )
+            ),
+            diff=("votes",),
+        )
+    )
+
+
+def _capsule_inputs(share):
+    def inputs(rng):
+        kernel_shape = (3, 4, 5) if share else (6, 3, 4, 5)
+        return {
+            "poses": rng.normal(size=(2, 6, 4)),
+            "kernel": rng.normal(size=kernel_shape) * 0.5,
+        }
+
+    return inputs
+
+
+for _share in (False, True):
+    register(
+        Case(
+            name="capsule-layer" + ("-shared" if _share else ""),
+            inputs=_capsule_inputs(_share),
+            build=lambda s=_share: keras_capsules.layers.Capsule(
+                3, 5, share_weights=s, return_activations=True
+            ),
+            reference=lambda a: list(
+                ref_dynamic.dynamic_routing(
+                    ref_dynamic.capsule_votes(a["poses"], a["kernel"])
+                )[:2]
+            ),
+            forward=lambda layer, t: list(stateless(layer, t, t["poses"])),
+            diff=("poses", "kernel"),
+        )
+    )

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the whole test suite once per backend: TensorFlow, PyTorch, JAX.
+#
+#   bash tests/run_all_backends.sh            # with the active Python
+#   bash tests/run_all_backends.sh --install  # first make .venv and install
+#
+# Extra arguments go to pytest. Exits non-zero if any backend fails.
+set -u
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = "--install" ]; then
+  shift
+  python3 -m venv .venv
+  # shellcheck disable=SC1091
+  . .venv/bin/activate
+  python -m pip install -q --upgrade pip
+  # torch==2.13.0 is the CPU wheel these machines carry; any torch >= 2.1
+  # works for users. tensorflow-cpu is the same TensorFlow without CUDA.
+  python -m pip install -q "torch==2.13.0" tensorflow-cpu -e ".[jax,tfds,test]" \
+    || exit 1
+fi
+
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"
+status=0
+summary=""
+for backend in tensorflow torch jax; do
+  echo "=== KERAS_BACKEND=$backend pytest"
+  start=$(date +%s)
+  KERAS_BACKEND=$backend python -m pytest -q "$@"
+  rc=$?
+  summary="$summary\n$backend: exit $rc in $(( $(date +%s) - start ))s"
+  [ $rc -eq 0 ] || status=1
+done
+printf "%b\n" "$summary"
+exit $status

@@ -1,0 +1,136 @@
+"""The cross-backend parity matrix.
+
+Every case of `tests/parity/cases_*.py` runs on TensorFlow, PyTorch and JAX,
+one worker subprocess per backend, and is compared with its float64 NumPy
+reference (forward values; gradients by central finite differences) and
+with the other backends. Workers run once per source version: their results
+are cached under `.pytest_cache/parity`, so the three per-backend pytest
+runs share them.
+"""
+
+import functools
+import hashlib
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from tests.parity.registry import load_cases
+from tests.reference.finite_diff import fd_gradients
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BACKENDS = ("tensorflow", "torch", "jax")
+CASES = load_cases()
+WORKER_TIMEOUT_S = 1800
+
+
+def _source_hash():
+    h = hashlib.sha256(keras.__version__.encode())
+    for folder in ("keras_capsules", "tests/parity", "tests/reference"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            h.update(str(path.relative_to(ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@pytest.fixture(scope="session")
+def parity_results():
+    """{backend: {key: array}} for every installed backend."""
+    cache = ROOT / ".pytest_cache" / "parity"
+    cache.mkdir(parents=True, exist_ok=True)
+    key = _source_hash()
+    paths = {b: cache / f"{b}-{key}.npz" for b in BACKENDS if _installed(b)}
+    running = {}
+    for backend, path in paths.items():
+        if not path.exists():
+            tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+            env = {**os.environ, "KERAS_BACKEND": backend}
+            running[backend] = (
+                subprocess.Popen(
+                    [sys.executable, "-m", "tests.parity.worker", backend, str(tmp)],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                ),
+                tmp,
+            )
+    for backend, (proc, tmp) in running.items():
+        output, _ = proc.communicate(timeout=WORKER_TIMEOUT_S)
+        if proc.returncode != 0:
+            pytest.fail(f"{backend} parity worker failed:\n{output.decode()[-5000:]}")
+        os.replace(tmp, paths[backend])
+    return {b: dict(np.load(p)) for b, p in paths.items()}
+
+
+def _installed(backend):
+    module = {"tensorflow": "tensorflow", "torch": "torch", "jax": "jax"}[backend]
+    return importlib.util.find_spec(module) is not None
+
+
+@functools.cache
+def _reference(name):
+    case = CASES[name]
+    arrays = case.make_inputs()
+    return case.reference(arrays), fd_gradients(case, arrays) if case.diff else {}
+
+
+def _case_results(results, name, backend):
+    if backend not in results:
+        pytest.skip(f"{backend} is not installed")
+    results = results[backend]
+    if f"{name}|error" in results:
+        pytest.fail(f"{backend} raised:\n{results[f'{name}|error']}")
+    outputs = []
+    while f"{name}|out|{len(outputs)}" in results:
+        outputs.append(results[f"{name}|out|{len(outputs)}"])
+    grads = {k: results[f"{name}|grad|{k}"] for k in CASES[name].diff}
+    return outputs, grads
+
+
+def _assert_grad_close(actual, expected, tol, what):
+    scale = max(1.0, float(np.max(np.abs(expected))))
+    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol * scale, err_msg=what)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matches_float64_reference(name, backend, parity_results):
+    case = CASES[name]
+    outputs, grads = _case_results(parity_results, name, backend)
+    ref_outputs, ref_grads = _reference(name)
+    assert len(outputs) == len(ref_outputs)
+    for i, (out, ref) in enumerate(zip(outputs, ref_outputs)):
+        assert np.all(np.isfinite(out)), f"output {i} is not finite"
+        np.testing.assert_allclose(
+            out, ref, rtol=case.rtol, atol=case.atol, err_msg=f"output {i}"
+        )
+    for k in case.diff:
+        assert np.all(np.isfinite(grads[k])), f"gradient of {k} is not finite"
+        _assert_grad_close(grads[k], ref_grads[k], case.grad_tol, f"gradient of {k}")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_backends_agree(name, parity_results):
+    case = CASES[name]
+    available = [b for b in BACKENDS if b in parity_results]
+    if len(available) < 2:
+        pytest.skip("needs two installed backends")
+    results = {b: _case_results(parity_results, name, b) for b in available}
+    first, *others = available
+    for other in others:
+        for i, (a, b) in enumerate(zip(results[first][0], results[other][0])):
+            np.testing.assert_allclose(
+                a, b, rtol=2 * case.rtol, atol=2 * case.atol,
+                err_msg=f"output {i}: {first} vs {other}",
+            )
+        for k in case.diff:
+            _assert_grad_close(
+                results[first][1][k], results[other][1][k], case.grad_tol,
+                f"gradient of {k}: {first} vs {other}",
+            )

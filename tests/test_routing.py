@@ -1,0 +1,59 @@
+"""DynamicRouting as a layer: shapes, config, save/load, training, errors."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_capsules.routing import DynamicRouting, Router
+from tests.parity.backend_grad import to_numpy
+from tests.test_case import LayerTestCase
+
+VOTES = np.random.default_rng(0).normal(size=(2, 6, 3, 4)).astype("float32")
+
+
+class TestDynamicRouting(LayerTestCase):
+    @pytest.mark.parametrize("agreement", ("dot", "cosine", "euclidean"))
+    def test_layer(self, agreement):
+        self.run_layer_test(
+            DynamicRouting,
+            {"iterations": 2, "agreement": agreement, "temperature": 0.5},
+            VOTES,
+            ((2, 3, 4), (2, 3)),
+            run_mixed_precision_check=agreement == "dot",
+        )
+
+    def test_return_coefficients(self):
+        router = DynamicRouting()
+        poses, activations, coefficients = router(VOTES, return_coefficients=True)
+        assert tuple(coefficients.shape) == (2, 6, 3)
+        np.testing.assert_allclose(to_numpy(coefficients).sum(-1), 1.0, rtol=1e-6)
+        symbolic = router(keras.Input((6, 3, 4)), return_coefficients=True)
+        assert [tuple(t.shape) for t in symbolic] == [(None, 3, 4), (None, 3), (None, 6, 3)]
+
+    def test_activations_are_accepted_and_ignored(self):
+        router = DynamicRouting()
+        a = np.random.default_rng(1).uniform(size=(2, 6)).astype("float32")
+        np.testing.assert_allclose(
+            to_numpy(router(VOTES, a)[0]), to_numpy(router(VOTES)[0]), rtol=1e-6
+        )
+
+    def test_is_a_router(self):
+        assert isinstance(DynamicRouting(), Router)
+
+    @pytest.mark.parametrize(
+        "kwargs, message",
+        [
+            ({"iterations": 0}, "iterations=0"),
+            ({"iterations": 1.5}, "iterations=1.5"),
+            ({"temperature": 0.0}, "temperature=0.0"),
+            ({"temperature": -1}, "temperature=-1"),
+            ({"agreement": "manhattan"}, "agreement='manhattan'"),
+        ],
+    )
+    def test_errors(self, kwargs, message):
+        with pytest.raises(ValueError, match=message):
+            DynamicRouting(**kwargs)
+
+    def test_bad_votes_rank(self):
+        with pytest.raises(ValueError, match="votes.shape"):
+            DynamicRouting()(np.zeros((2, 6, 4), "float32"))
