@@ -10,4 +10,4 @@ from keras_capsules import layers, losses, ops, routing
 from keras_capsules.layers import Capsule, Length, Mask, PrimaryCapsule
 from keras_capsules.losses import MarginLoss
 from keras_capsules.ops import efficient_squash, safe_norm, squash
-from keras_capsules.routing import DynamicRouting, Router
+from keras_capsules.routing import DynamicRouting, Router, SelfAttentionRouting

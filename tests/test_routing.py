@@ -57,3 +57,18 @@ class TestDynamicRouting(LayerTestCase):
     def test_bad_votes_rank(self):
         with pytest.raises(ValueError, match="votes.shape"):
             DynamicRouting()(np.zeros((2, 6, 4), "float32"))
+
+
+class TestSelfAttentionRouting(LayerTestCase):
+    def test_layer(self):
+        from keras_capsules.routing import SelfAttentionRouting
+
+        self.run_layer_test(SelfAttentionRouting, {"temperature": 2.0}, VOTES, ((2, 3, 4), (2, 3)))
+
+    def test_errors(self):
+        from keras_capsules.routing import SelfAttentionRouting
+
+        with pytest.raises(ValueError, match="temperature=0"):
+            SelfAttentionRouting(temperature=0)
+        with pytest.raises(ValueError, match="in_caps"):
+            SelfAttentionRouting()(keras.Input((None, 3, 4)))

@@ -1,0 +1,75 @@
+"""Self-attention routing of Efficient-CapsNet (Mazzia et al., 2021)."""
+
+import keras
+from keras import ops
+
+from keras_capsules.ops import efficient_squash, safe_norm
+from keras_capsules.routing.base import Router
+from keras_capsules.validation import positive_float
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class SelfAttentionRouting(Router):
+    """Non-iterative self-attention routing.
+
+    With votes `u[b, i, j, :]` (`dim` = pose size):
+
+    ```
+    consensus[b, j] = sum_i u[b, i, j]
+    A[b, i, j] = u[b, i, j] . consensus[b, j] / sqrt(dim)
+    C = softmax(A / temperature, axis=out_caps) + B     # B: (in_caps, out_caps)
+    s[b, j] = sum_i C[b, i, j] * u[b, i, j]
+    poses = efficient_squash(s); activations = safe_norm(poses)
+    ```
+
+    `A` equals the paper's `sum_k (U U^T)_{ik} / sqrt(dim)` computed with
+    one einsum, never materialising the `(in_caps x in_caps)` matrix. The
+    trainable priors `B` start at zero and are added after the softmax, as
+    in the official code. Input `activations` are accepted and ignored.
+
+    Args:
+        temperature: divides the logits before the softmax, `> 0`.
+        use_priors: learn the priors `B`; needs a known `in_caps`.
+
+    Example:
+
+    >>> router = keras_capsules.routing.SelfAttentionRouting()
+    >>> poses, lengths = router(keras.random.normal((2, 16, 10, 16)))
+
+    Reference: Mazzia, Salvetti & Chiaberge, "Efficient-CapsNet: capsule
+    network with self-attention routing", Scientific Reports 11, 2021.
+    """
+
+    def __init__(self, temperature=1.0, use_priors=True, **kwargs):
+        super().__init__(**kwargs)
+        self.temperature = positive_float(temperature, "temperature")
+        self.use_priors = bool(use_priors)
+
+    def build(self, votes_shape, activations_shape=None):
+        super().build(votes_shape, activations_shape)
+        if self.use_priors:
+            in_caps, out_caps = votes_shape[1], votes_shape[2]
+            if in_caps is None or out_caps is None:
+                raise ValueError(
+                    "SelfAttentionRouting(use_priors=True) needs known in_caps and "
+                    f"out_caps. Received: votes.shape={tuple(votes_shape)}"
+                )
+            self.priors = self.add_weight(
+                name="priors", shape=(in_caps, out_caps), initializer="zeros"
+            )
+
+    def route(self, votes, activations):
+        del activations  # Self-attention routing does not use them.
+        dim = votes.shape[-1]
+        consensus = ops.sum(votes, axis=1)
+        logits = ops.einsum("bijd,bjd->bij", votes, consensus) / (dim**0.5 * self.temperature)
+        coefficients = ops.softmax(logits, axis=-1)
+        if self.use_priors:
+            coefficients = coefficients + ops.cast(self.priors, coefficients.dtype)
+        poses = efficient_squash(ops.einsum("bij,bijd->bjd", coefficients, votes))
+        return poses, safe_norm(poses), coefficients
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(temperature=self.temperature, use_priors=self.use_priors)
+        return config
