@@ -11,3 +11,6 @@ from keras_capsules.layers import Capsule, Length, Mask, PrimaryCapsule
 from keras_capsules.losses import MarginLoss
 from keras_capsules.ops import efficient_squash, safe_norm, squash
 from keras_capsules.routing import DynamicRouting, Router, SelfAttentionRouting
+from keras_capsules.layers import CapsuleAttention, CapsulePruning
+from keras_capsules.ops import sparsemax
+from keras_capsules.routing import InvertedDotProductRouting, SelfRouting, SparseAttentionRouting

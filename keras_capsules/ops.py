@@ -76,3 +76,80 @@ def efficient_squash(x, axis=-1, epsilon=1e-7):
     n = ops.sqrt(ops.sum(ops.square(x), axis=axis, keepdims=True) + epsilon)
     # 1 - 1/exp(n) == 1 - exp(-n); the latter cannot overflow.
     return ops.cast((1.0 - ops.exp(-n)) * x / n, original)
+
+
+def sparsemax(x, axis=-1):
+    """Sparsemax (Martins & Astudillo, 2016): the Euclidean projection of
+    `x` onto the probability simplex along `axis`.
+
+    ```
+    z = sort(x, descending); k_z = max{k : 1 + k z_k > sum_{l<=k} z_l}
+    tau = (sum_{l<=k_z} z_l - 1) / k_z
+    sparsemax(x) = max(x - tau, 0)
+    ```
+
+    The outputs sum to 1 and are exactly 0 outside the support. The sort
+    only selects the support; `tau` is then recomputed from `x` with that
+    (constant) support, so autodiff gives the true Jacobian
+    `diag(s) - s s^T / |S|` (`s` the support indicator) without
+    differentiating through a sort. Computed in float32 for half inputs.
+
+    `keras.ops.sparsemax` (Keras <= 3.15.1) is wrong whenever the support
+    has more than one element: its threshold sums every cumulative sum of
+    the support instead of taking the k_z-th (keras-team/keras#23425).
+
+    Example:
+
+    >>> keras_capsules.ops.sparsemax(keras.ops.array([1.0, 0.5, -1.0]))
+    # [0.75, 0.25, 0.0]
+
+    Reference: Martins & Astudillo, "From Softmax to Sparsemax: A Sparse
+    Model of Attention and Multi-Label Classification", ICML 2016.
+    """
+    x, original = _upcast(x)
+    x = ops.moveaxis(x, axis, -1)
+    n = x.shape[-1]
+    z = ops.stop_gradient(-ops.sort(-x, axis=-1))
+    ranks = ops.arange(1, n + 1, dtype=x.dtype)
+    in_support = 1.0 + ranks * z > ops.cumsum(z, axis=-1)
+    k = ops.sum(ops.cast(in_support, "int32"), axis=-1, keepdims=True)
+    # Ties at the boundary are all in or all out of the support, so the
+    # support is exactly {x >= k-th largest value}.
+    kth_largest = ops.take_along_axis(z, k - 1, axis=-1)
+    support = ops.cast(x >= kth_largest, x.dtype)
+    tau = (ops.sum(x * support, axis=-1, keepdims=True) - 1.0) / ops.cast(k, x.dtype)
+    y = ops.maximum(x - tau, 0.0) * support
+    return ops.cast(ops.moveaxis(y, -1, axis), original)
+
+
+def masked_softmax(x, keep, axis=-1):
+    """Softmax over the entries where `keep` is true; the others are
+    exactly 0 (and get no gradient). Each slice needs one kept entry.
+    Computed in float32 for half inputs."""
+    x, original = _upcast(x)
+    keep = ops.broadcast_to(keep, ops.shape(x))
+    lowest = ops.min(ops.stop_gradient(x)) - 1.0
+    peak = ops.stop_gradient(ops.max(ops.where(keep, x, lowest), axis=axis, keepdims=True))
+    e = ops.exp(ops.where(keep, x - peak, 0.0)) * ops.cast(keep, x.dtype)
+    return ops.cast(e / ops.sum(e, axis=axis, keepdims=True), original)
+
+
+def top_k_softmax(x, k, mask=None):
+    """Softmax over the `k` largest entries of the last axis; others are 0.
+
+    `mask` (boolean, broadcastable to `x`), when given, excludes entries
+    before the top-k selection (they are never kept). Entries tied with
+    the k-th largest value are all kept. Computed in float32 for half
+    inputs.
+    """
+    x, original = _upcast(x)
+    if mask is None:
+        x_masked = x
+    else:
+        mask = ops.broadcast_to(mask, ops.shape(x))
+        x_masked = ops.where(mask, x, ops.min(ops.stop_gradient(x)) - 1.0)
+    kth_largest = ops.stop_gradient(ops.top_k(x_masked, k, sorted=True)[0][..., -1:])
+    keep = x_masked >= kth_largest
+    if mask is not None:
+        keep = ops.logical_and(keep, mask)
+    return ops.cast(masked_softmax(x, keep), original)

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules.layers.orthogonal import householder_orthogonal
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.validation import positive_int
@@ -19,6 +20,14 @@ class Capsule(keras.layers.Layer):
     (then `in_caps` may vary). A router turns the votes into parent poses
     and activations. Votes are one einsum.
 
+    With `orthogonal=True` (OrthCaps) each transform is the top-left
+    `in_dim x capsule_dim` block of a product of `n = max(in_dim,
+    capsule_dim)` Householder reflections `I - 2 v v^T / (v^T v)` with
+    trainable `v` (`keras_capsules.layers.orthogonal.householder_orthogonal`):
+    its rows (or columns, when `in_dim > capsule_dim`) are exactly
+    orthonormal at every step. The trainable weight is then `householder:
+    (..., n, n)` instead of `kernel`; `transforms()` returns `W`.
+
     Inputs: poses `(batch, in_caps, in_dim)`, or `[poses, activations]` with
     activations `(batch, in_caps)`, which are passed to the router.
     Output: poses `(batch, num_capsules, capsule_dim)`, or `(poses,
@@ -32,6 +41,8 @@ class Capsule(keras.layers.Layer):
         share_weights: one transform per parent shared by all children.
         kernel_initializer: initializer of `W`.
         return_activations: also return the parent activations.
+        orthogonal: parametrise each transform as an orthogonal block
+            (initialised from `kernel_initializer`).
 
     Example (the digit capsules of the paper):
 
@@ -51,6 +62,7 @@ class Capsule(keras.layers.Layer):
         share_weights=False,
         kernel_initializer="glorot_uniform",
         return_activations=False,
+        orthogonal=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -60,6 +72,7 @@ class Capsule(keras.layers.Layer):
         self.share_weights = bool(share_weights)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.return_activations = bool(return_activations)
+        self.orthogonal = bool(orthogonal)
 
     def build(self, input_shape):
         poses_shape, activations_shape = split_capsule_inputs(input_shape)
@@ -74,12 +87,19 @@ class Capsule(keras.layers.Layer):
                 "Capsule needs a known in_dim, and a known in_caps unless "
                 f"share_weights=True. Received: poses.shape={tuple(poses_shape)}"
             )
-        transform = (self.num_capsules, in_dim, self.capsule_dim)
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=transform if self.share_weights else (in_caps, *transform),
-            initializer=self.kernel_initializer,
-        )
+        self.in_dim = in_dim
+        prefix = (self.num_capsules,) if self.share_weights else (in_caps, self.num_capsules)
+        if self.orthogonal:
+            n = max(in_dim, self.capsule_dim)
+            self.householder = self.add_weight(
+                name="householder", shape=(*prefix, n, n), initializer=self.kernel_initializer
+            )
+        else:
+            self.kernel = self.add_weight(
+                name="kernel",
+                shape=(*prefix, in_dim, self.capsule_dim),
+                initializer=self.kernel_initializer,
+            )
         self.router.build(
             (batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape
         )
@@ -87,9 +107,16 @@ class Capsule(keras.layers.Layer):
     def call(self, inputs):
         poses, activations = split_capsule_inputs(inputs)
         equation = "bid,jde->bije" if self.share_weights else "bid,ijde->bije"
-        votes = ops.einsum(equation, poses, self.kernel)
+        votes = ops.einsum(equation, poses, self.transforms())
         outputs = self.router(votes, activations)
         return outputs if self.return_activations else outputs[0]
+
+    def transforms(self):
+        """The transforms `W`, `(in_caps, num_capsules, in_dim, capsule_dim)`
+        (no `in_caps` axis with `share_weights=True`)."""
+        if self.orthogonal:
+            return householder_orthogonal(self.householder, self.in_dim, self.capsule_dim)
+        return self.kernel
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = split_capsule_inputs(input_shape)
@@ -106,6 +133,7 @@ class Capsule(keras.layers.Layer):
             share_weights=self.share_weights,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             return_activations=self.return_activations,
+            orthogonal=self.orthogonal,
         )
         return config
 

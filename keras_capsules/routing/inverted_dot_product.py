@@ -1,0 +1,85 @@
+"""Inverted dot-product attention routing (Tsai et al., 2020)."""
+
+import keras
+from keras import ops
+
+from keras_capsules.ops import safe_norm
+from keras_capsules.routing.base import Router
+from keras_capsules.validation import positive_float, positive_int
+
+LAYER_NORM_EPSILON = 1e-5
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class InvertedDotProductRouting(Router):
+    """Inverted dot-product attention routing.
+
+    Parents compete for children (softmax over parents), agreement is a
+    scaled dot product, and parent poses are layer-normalised:
+
+    ```
+    r = 1 / out_caps
+    v = LayerNorm(sum_i r[b, i, j] * u[b, i, j])
+    repeat iterations - 1 times:
+        r = softmax(u[b, i, j] . v[b, j] / (sqrt(dim) * temperature), axis=out_caps)
+        v = LayerNorm(sum_i r[b, i, j] * u[b, i, j])
+    poses = v; activations = safe_norm(v); coefficients = r
+    ```
+
+    `LayerNorm` normalises over `dim` (epsilon 1e-5) with a learnable scale
+    (ones at init) and offset (zeros) shared by all parents; the router owns
+    them, so it needs a known `dim`. Input `activations` are accepted and
+    ignored.
+
+    Args:
+        iterations: number of pose updates, `>= 1` (the first one uses
+            uniform coefficients).
+        temperature: divides the agreement logits, `> 0`.
+
+    Example:
+
+    >>> router = keras_capsules.routing.InvertedDotProductRouting(iterations=3)
+    >>> poses, lengths = router(keras.random.normal((2, 16, 10, 8)))
+
+    Reference: Tsai, Srivastava, Goh & Salakhutdinov, "Capsules with Inverted
+    Dot-Product Attention Routing", ICLR 2020.
+    """
+
+    def __init__(self, iterations=2, temperature=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.iterations = positive_int(iterations, "iterations")
+        self.temperature = positive_float(temperature, "temperature")
+
+    def build(self, votes_shape, activations_shape=None):
+        super().build(votes_shape, activations_shape)
+        dim = votes_shape[-1]
+        if dim is None:
+            raise ValueError(
+                "InvertedDotProductRouting needs a known dim. "
+                f"Received: votes.shape={tuple(votes_shape)}"
+            )
+        self.scale = self.add_weight(name="scale", shape=(dim,), initializer="ones")
+        self.offset = self.add_weight(name="offset", shape=(dim,), initializer="zeros")
+
+    def route(self, votes, activations):
+        del activations  # Inverted dot-product routing does not use them.
+        out_caps, dim = votes.shape[2], votes.shape[3]
+        # The first update has uniform coefficients: no softmax, no einsum.
+        coefficients = ops.full_like(votes[..., 0], 1.0 / out_caps)
+        v = self._layer_norm(ops.sum(votes, axis=1) / out_caps)
+        for _ in range(self.iterations - 1):
+            logits = ops.einsum("bijd,bjd->bij", votes, v) / (dim**0.5 * self.temperature)
+            coefficients = ops.softmax(logits, axis=-1)
+            v = self._layer_norm(ops.einsum("bij,bijd->bjd", coefficients, votes))
+        return v, safe_norm(v), coefficients
+
+    def _layer_norm(self, x):
+        mean = ops.mean(x, axis=-1, keepdims=True)
+        variance = ops.mean(ops.square(x - mean), axis=-1, keepdims=True)
+        normed = (x - mean) * ops.rsqrt(variance + LAYER_NORM_EPSILON)
+        return normed * ops.cast(self.scale, x.dtype) + ops.cast(self.offset, x.dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(iterations=self.iterations, temperature=self.temperature)
+        return config

@@ -1,0 +1,74 @@
+"""Self-routing (Hahn et al., 2019), adapted to the vote contract."""
+
+import keras
+from keras import ops
+
+from keras_capsules.routing.base import Router
+
+EPSILON = 1e-7
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class SelfRouting(Router):
+    """Non-iterative routing where each vote decides its own coefficients.
+
+    With votes `u[b, i, j, :]` and child activations `a[b, i]` (ones when
+    not given):
+
+    ```
+    z[b, i, j] = u[b, i, j] . w[i, j] + c[i, j]       # w: (in, out, dim), c: (in, out)
+    r = softmax(z, axis=out_caps)
+    activations[b, j] = sum_i a[b, i] r[b, i, j] / (sum_i a[b, i] + 1e-7)
+    poses[b, j] = sum_i a[b, i] r[b, i, j] u[b, i, j] / (sum_i a[b, i] r[b, i, j] + 1e-7)
+    ```
+
+    `w` and `c` start at zero, so routing is uniform at initialisation;
+    the `1e-7` keep the divisions finite when activations are all zero.
+    Coefficients returned are `r`.
+
+    Differences from the paper: Hahn et al. compute the logits of child
+    `i` from its pose `u_i` with a per-child routing weight, `z_ij =
+    W_ij^route u_i`; a router only sees votes, so here each vote
+    `u_ij = W_ij u_i` is scored with its own vector `w_ij` (and a bias
+    `c_ij`). The paper's activations and pose averages are kept.
+
+    Example:
+
+    >>> router = keras_capsules.routing.SelfRouting()
+    >>> poses, activations = router(keras.random.normal((2, 16, 10, 8)),
+    ...                             keras.random.uniform((2, 16)))
+
+    Reference: Hahn, Pyeon & Kim, "Self-Routing Capsule Networks",
+    NeurIPS 2019.
+    """
+
+    def build(self, votes_shape, activations_shape=None):
+        super().build(votes_shape, activations_shape)
+        _, in_caps, out_caps, dim = votes_shape
+        if in_caps is None or out_caps is None or dim is None:
+            raise ValueError(
+                "SelfRouting needs known in_caps, out_caps and dim. "
+                f"Received: votes.shape={tuple(votes_shape)}"
+            )
+        self.routing_kernel = self.add_weight(
+            name="routing_kernel", shape=(in_caps, out_caps, dim), initializer="zeros"
+        )
+        self.routing_bias = self.add_weight(
+            name="routing_bias", shape=(in_caps, out_caps), initializer="zeros"
+        )
+
+    def route(self, votes, activations):
+        kernel = ops.cast(self.routing_kernel, votes.dtype)
+        bias = ops.cast(self.routing_bias, votes.dtype)
+        logits = ops.einsum("bijd,ijd->bij", votes, kernel) + bias
+        coefficients = ops.softmax(logits, axis=-1)
+        if activations is None:
+            weighted = coefficients
+            total = float(votes.shape[1])
+        else:
+            weighted = activations[:, :, None] * coefficients
+            total = ops.sum(activations, axis=1, keepdims=True)
+        mass = ops.sum(weighted, axis=1)
+        out_activations = mass / (total + EPSILON)
+        poses = ops.einsum("bij,bijd->bjd", weighted, votes) / (mass[..., None] + EPSILON)
+        return poses, out_activations, coefficients

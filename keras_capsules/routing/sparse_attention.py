@@ -1,0 +1,73 @@
+"""Sparse attention routing of OrthCaps (Geng et al., 2024)."""
+
+import keras
+from keras import ops
+
+from keras_capsules.ops import safe_norm, sparsemax, squash, top_k_softmax
+from keras_capsules.routing.base import Router
+from keras_capsules.validation import positive_float, positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class SparseAttentionRouting(Router):
+    """Non-iterative attention routing with sparse coupling coefficients.
+
+    With votes `u[b, i, j, :]` (`dim` = pose size):
+
+    ```
+    consensus[b, j] = sum_i u[b, i, j]
+    A[b, i, j] = u[b, i, j] . consensus[b, j] / sqrt(dim)
+    C = sparsemax(A / temperature, axis=out_caps)          # top_k is None
+    C = softmax over the top_k largest of A / temperature   # others exactly 0
+    poses = squash(sum_i C[b, i, j] * u[b, i, j]); activations = safe_norm(poses)
+    ```
+
+    Sparsemax lets each child send its vote to a few parents only, with
+    coefficients that are exactly zero elsewhere; `top_k` fixes how many.
+    Entries tied with the `top_k`-th largest logit are all kept. Input
+    `activations` are accepted and ignored.
+
+    Args:
+        top_k: `None` for sparsemax, or the number of parents each child
+            routes to, `1 <= top_k <= out_caps`.
+        temperature: divides the logits, `> 0`.
+
+    Example:
+
+    >>> router = keras_capsules.routing.SparseAttentionRouting(top_k=2)
+    >>> poses, lengths = router(keras.random.normal((2, 16, 10, 8)))
+
+    Reference: Geng, Wang, Zhao, Ma & Yang, "OrthCaps: An Orthogonal CapsNet
+    with Sparse Attention Routing and Pruning", CVPR 2024.
+    """
+
+    def __init__(self, top_k=None, temperature=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.top_k = None if top_k is None else positive_int(top_k, "top_k")
+        self.temperature = positive_float(temperature, "temperature")
+
+    def build(self, votes_shape, activations_shape=None):
+        super().build(votes_shape, activations_shape)
+        out_caps = votes_shape[2]
+        if self.top_k is not None and (out_caps is None or self.top_k > out_caps):
+            raise ValueError(
+                "`top_k` must be at most out_caps (known). Received: "
+                f"top_k={self.top_k} with votes.shape={tuple(votes_shape)}"
+            )
+
+    def route(self, votes, activations):
+        del activations  # Sparse attention routing does not use them.
+        dim = votes.shape[-1]
+        consensus = ops.sum(votes, axis=1)
+        logits = ops.einsum("bijd,bjd->bij", votes, consensus) / (dim**0.5 * self.temperature)
+        if self.top_k is None:
+            coefficients = sparsemax(logits, axis=-1)
+        else:
+            coefficients = top_k_softmax(logits, self.top_k)
+        poses = squash(ops.einsum("bij,bijd->bjd", coefficients, votes))
+        return poses, safe_norm(poses), coefficients
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(top_k=self.top_k, temperature=self.temperature)
+        return config
