@@ -100,9 +100,10 @@ class Capsule(keras.layers.Layer):
                 shape=(*prefix, in_dim, self.capsule_dim),
                 initializer=self.kernel_initializer,
             )
-        self.router.build(
-            (batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape
-        )
+        if not self.router.built:  # a deserialised router arrives built
+            self.router.build(
+                (batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape
+            )
 
     def call(self, inputs):
         poses, activations = split_capsule_inputs(inputs)
