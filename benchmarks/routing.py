@@ -29,6 +29,10 @@ def routers():
         "dynamic": lambda: routing.DynamicRouting(iterations=3),
         "dynamic-stopgrad": lambda: routing.DynamicRouting(iterations=3, stop_gradient=True),
         "self-attention": lambda: routing.SelfAttentionRouting(),
+        "sparse-attention": lambda: routing.SparseAttentionRouting(),
+        "sparse-attention-top3": lambda: routing.SparseAttentionRouting(top_k=3),
+        "inverted-dot-product": lambda: routing.InvertedDotProductRouting(iterations=2),
+        "self-routing": lambda: routing.SelfRouting(),
     }
 
 

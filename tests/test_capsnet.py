@@ -8,12 +8,12 @@ from tests.conftest import jit_compile_for_backend
 
 
 def sabour_capsnet(input_shape=(28, 28, 1), num_classes=10, conv_filters=256,
-                   primary_types=32, decoder=(512, 1024)):
+                   primary_types=32, decoder=(512, 1024), router=None):
     images = keras.Input(input_shape)
     labels = keras.Input((num_classes,))
     x = keras.layers.Conv2D(conv_filters, 9, activation="relu")(images)
     x = kc.PrimaryCapsule(primary_types, 8, 9, strides=2)(x)
-    digits = kc.Capsule(num_classes, 16)(x)
+    digits = kc.Capsule(num_classes, 16, router=router)(x)
     lengths = kc.Length(name="lengths")(digits)
     h = kc.Mask()([digits, labels])
     for units in decoder:
