@@ -141,7 +141,7 @@ class TestSparseAttentionRouting(LayerTestCase):
 class TestInvertedDotProductRouting(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(
-            InvertedDotProductRouting, {"iterations": 3, "temperature": 0.5}, VOTES,
+            InvertedDotProductRouting, {"iterations": 2, "temperature": 0.5}, VOTES,
             ((2, 3, 4), (2, 3)),
         )
 
@@ -284,7 +284,8 @@ class TestOrthogonalCapsule(LayerTestCase):
                         router=SparseAttentionRouting())
         inputs = keras.Input((6, in_dim))
         model = keras.Model(inputs, layer(inputs))
-        model.compile(keras.optimizers.Adam(0.1), "mse", jit_compile=jit_compile_for_backend())
+        # XLA is covered by test_layer; here only the weights matter.
+        model.compile(keras.optimizers.Adam(0.1), "mse", jit_compile=keras.backend.backend() == "jax")
         before = to_numpy(layer.transforms())
         x = RNG.normal(size=(8, 6, in_dim)).astype("float32")
         model.fit(x, RNG.normal(size=(8, 3, capsule_dim)).astype("float32"),
