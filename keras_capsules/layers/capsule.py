@@ -124,6 +124,9 @@ def deserialize_router(router):
     if router is None:
         return DynamicRouting()
     if isinstance(router, dict):
+        # Capsule.build builds the router; a router built from its saved
+        # build_config could not create its weights again.
+        router = {k: v for k, v in router.items() if k != "build_config"}
         router = keras.saving.deserialize_keras_object(router)
     if not isinstance(router, Router):
         raise ValueError(
