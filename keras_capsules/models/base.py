@@ -32,6 +32,9 @@ class CapsuleClassifier(keras.Model):
            + reconstruction_weight * mean((decoder(mask(poses, y)) - x)^2)
     ```
 
+    The decoder ends in `decoder_activation`: `"sigmoid"` for images in
+    [0, 1], `"linear"` for standardised images.
+
     Labels may be integer class ids `(batch,)` or one-hot `(batch,
     num_classes)`; the compiled loss receives them one-hot.
     """
@@ -43,6 +46,7 @@ class CapsuleClassifier(keras.Model):
         reconstruction=True,
         reconstruction_weight=0.392,
         decoder_units=(512, 1024),
+        decoder_activation="sigmoid",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -56,6 +60,8 @@ class CapsuleClassifier(keras.Model):
                 f"Received: reconstruction_weight={reconstruction_weight}"
             )
         self.decoder_units = tuple(positive_int(u, "decoder_units") for u in decoder_units)
+        self.decoder_activation = keras.activations.serialize(
+            keras.activations.get(decoder_activation))
         self.scores = Length(name="scores")
         self.mask = Mask(name="mask")
         self.margin_loss = MarginLoss()
@@ -67,7 +73,9 @@ class CapsuleClassifier(keras.Model):
         layers = [keras.Input((self.num_classes * capsule_dim,))]
         layers += [keras.layers.Dense(u, activation="relu") for u in self.decoder_units]
         layers += [
-            keras.layers.Dense(int(np.prod(self.image_shape)), activation="sigmoid"),
+            keras.layers.Dense(
+                int(np.prod(self.image_shape)), activation=self.decoder_activation
+            ),
             keras.layers.Reshape(self.image_shape),
         ]
         return keras.Sequential(layers, name="decoder")
@@ -142,4 +150,5 @@ class CapsuleClassifier(keras.Model):
             "reconstruction": self.reconstruction,
             "reconstruction_weight": self.reconstruction_weight,
             "decoder_units": self.decoder_units,
+            "decoder_activation": self.decoder_activation,
         }

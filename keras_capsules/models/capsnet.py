@@ -37,6 +37,8 @@ class CapsNet(CapsuleClassifier):
         conv_filters, primary_capsules, primary_dim, capsule_dim: layer
             sizes (256, 32, 8 and 16 in the paper).
         decoder_units: hidden sizes of the decoder.
+        decoder_activation: activation of the decoder output (`"sigmoid"`
+            for images in [0, 1], `"linear"` for standardised images).
 
     Example:
 
@@ -61,11 +63,12 @@ class CapsNet(CapsuleClassifier):
         primary_dim=8,
         capsule_dim=16,
         decoder_units=(512, 1024),
+        decoder_activation="sigmoid",
         **kwargs,
     ):
         super().__init__(
             input_shape, num_classes, reconstruction, reconstruction_weight,
-            decoder_units, **kwargs,
+            decoder_units, decoder_activation, **kwargs,
         )
         self.conv_filters = conv_filters
         self.primary_capsules = primary_capsules

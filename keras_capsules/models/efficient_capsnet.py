@@ -108,6 +108,8 @@ class EfficientCapsNet(CapsuleClassifier):
         reconstruction: build the decoder and add the reconstruction loss.
         reconstruction_weight: weight of the mean squared error.
         decoder_units: hidden sizes of the decoder.
+        decoder_activation: activation of the decoder output (`"sigmoid"`
+            for images in [0, 1], `"linear"` for standardised images).
 
     Example:
 
@@ -127,11 +129,12 @@ class EfficientCapsNet(CapsuleClassifier):
         reconstruction=True,
         reconstruction_weight=0.392,
         decoder_units=(512, 1024),
+        decoder_activation="sigmoid",
         **kwargs,
     ):
         super().__init__(
             input_shape, num_classes, reconstruction, reconstruction_weight,
-            decoder_units, **kwargs,
+            decoder_units, decoder_activation, **kwargs,
         )
         images = keras.Input(self.image_shape)
         x = images
