@@ -72,3 +72,14 @@ class TestSelfAttentionRouting(LayerTestCase):
             SelfAttentionRouting(temperature=0)
         with pytest.raises(ValueError, match="in_caps"):
             SelfAttentionRouting()(keras.Input((None, 3, 4)))
+
+
+@pytest.mark.parametrize("policy", ("mixed_float16", "mixed_bfloat16"))
+def test_routes_in_float32_under_mixed_policies(policy):
+    router = DynamicRouting(dtype=policy)
+    poses, activations = router(VOTES)
+    assert keras.backend.standardize_dtype(poses.dtype) == policy.split("_")[1]
+    expected = to_numpy(DynamicRouting()(VOTES)[0])
+    # Only the final cast to the half dtype loses precision.
+    tol = 1e-2 if policy == "mixed_bfloat16" else 1e-3
+    np.testing.assert_allclose(to_numpy(poses), expected, rtol=tol, atol=tol)

@@ -56,7 +56,7 @@ class Capsule(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.router = deserialize_router(router)
+        self.router = deserialize_router(router, dtype=self.dtype_policy)
         self.share_weights = bool(share_weights)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.return_activations = bool(return_activations)
@@ -88,8 +88,11 @@ class Capsule(keras.layers.Layer):
         poses, activations = split_capsule_inputs(inputs)
         equation = "bid,jde->bije" if self.share_weights else "bid,ijde->bije"
         votes = ops.einsum(equation, poses, self.kernel)
-        outputs = self.router(votes, activations)
-        return outputs if self.return_activations else outputs[0]
+        poses, activations = self.router(votes, activations)
+        poses = ops.cast(poses, self.compute_dtype)
+        if self.return_activations:
+            return poses, ops.cast(activations, self.compute_dtype)
+        return poses
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = split_capsule_inputs(input_shape)
@@ -119,10 +122,11 @@ def split_capsule_inputs(inputs):
     return inputs, None
 
 
-def deserialize_router(router):
-    """`None` -> `DynamicRouting()`; a config dict -> its router; checks type."""
+def deserialize_router(router, dtype=None):
+    """`None` -> `DynamicRouting(dtype=dtype)`; a config dict -> its router;
+    checks the type."""
     if router is None:
-        return DynamicRouting()
+        return DynamicRouting(dtype=dtype)
     if isinstance(router, dict):
         # Capsule.build builds the router; a router built from its saved
         # build_config could not create its weights again.

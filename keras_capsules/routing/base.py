@@ -36,6 +36,12 @@ class Router(keras.layers.Layer):
     in `build(votes_shape, activations_shape=None)`.
     """
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        # Votes reach `call` in their own dtype (not cast down to a half
+        # compute dtype first) and router weights are read in float32.
+        self.autocast = False
+
     def build(self, votes_shape, activations_shape=None):
         check_votes_shape(votes_shape, self.__class__.__name__)
         self.built = True
