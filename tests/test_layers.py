@@ -129,3 +129,14 @@ class TestMask(LayerTestCase):
         for b in range(2):
             np.testing.assert_array_equal(out[b, longest[b]], POSES[b, longest[b]])
             assert np.count_nonzero(out[b]) == 4
+
+
+def test_primary_capsule_implementation_choice_and_error():
+    from keras_capsules.conv import resolve_implementation
+
+    assert resolve_implementation("conv", (2, 2)) == "conv"
+    assert resolve_implementation("auto", (1, 1)) == "conv"
+    expected = "conv" if keras.backend.backend() == "torch" else "matmul"  # CPU here
+    assert resolve_implementation("auto", (2, 2)) == expected
+    with pytest.raises(ValueError, match="implementation='fft'"):
+        PrimaryCapsule(2, 4, 3, implementation="fft")

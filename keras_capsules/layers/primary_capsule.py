@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation
 from keras_capsules.ops import squash
 from keras_capsules.validation import int_tuple, one_of, positive_int
 
@@ -29,6 +30,11 @@ class PrimaryCapsule(keras.layers.Layer):
         padding: `"valid"` or `"same"`.
         squash: apply `keras_capsules.ops.squash` to the capsules.
         kernel_initializer, bias_initializer: initializers.
+        implementation: `"conv"` (native convolution), `"matmul"` (strided
+            slices + one matmul; same numbers) or `"auto"`: `"matmul"` for a
+            strided conv on JAX or TensorFlow on CPU, where XLA's strided
+            conv backward is ~20x slower, else `"conv"` (see
+            `keras_capsules.conv` and `benchmarks/conv.py`).
 
     Example (the paper's 1152 primary capsules):
 
@@ -50,6 +56,7 @@ class PrimaryCapsule(keras.layers.Layer):
         squash=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        implementation="auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -61,6 +68,7 @@ class PrimaryCapsule(keras.layers.Layer):
         self.squash = bool(squash)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
 
     def build(self, input_shape):
         if len(input_shape) != 4:
@@ -85,7 +93,8 @@ class PrimaryCapsule(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        y = ops.conv(inputs, self.kernel, strides=self.strides, padding=self.padding)
+        implementation = resolve_implementation(self.implementation, self.strides)
+        y = conv2d(inputs, self.kernel, self.strides, self.padding, implementation)
         y = y + self.bias
         batch = ops.shape(y)[0]
         capsules = ops.reshape(y, (batch, -1, self.capsule_dim))
@@ -118,6 +127,7 @@ class PrimaryCapsule(keras.layers.Layer):
             squash=self.squash,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            implementation=self.implementation,
         )
         return config
 

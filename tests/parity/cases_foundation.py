@@ -5,6 +5,7 @@ import itertools
 import keras_capsules
 from keras_capsules import ops as kc_ops
 from tests.parity.registry import Case, register, stateless
+from tests.reference import conv as ref_conv
 from tests.reference import dynamic as ref_dynamic
 from tests.reference import ops as ref_ops
 
@@ -86,5 +87,33 @@ for _share in (False, True):
             ),
             forward=lambda layer, t: list(stateless(layer, t, t["poses"])),
             diff=("poses", "kernel"),
+        )
+    )
+
+
+def _primary_inputs(rng):
+    return {
+        "images": rng.normal(size=(2, 7, 6, 3)),
+        "kernel": rng.normal(size=(3, 3, 3, 2 * 4)) * 0.3,
+        "bias": rng.normal(size=(2 * 4,)) * 0.1,
+    }
+
+
+for _impl, _padding, _strides in itertools.product(
+    ("conv", "matmul"), ("valid", "same"), ((1, 1), (2, 2), (2, 1))
+):
+    _kwargs = dict(strides=_strides, padding=_padding)
+    register(
+        Case(
+            name=f"primary-capsule-{_impl}-{_padding}-s{_strides[0]}{_strides[1]}",
+            inputs=_primary_inputs,
+            build=lambda kw=_kwargs, impl=_impl: keras_capsules.layers.PrimaryCapsule(
+                2, 4, 3, implementation=impl, **kw
+            ),
+            reference=lambda a, kw=_kwargs: [
+                ref_conv.primary_capsule(a["images"], a["kernel"], a["bias"], 4, **kw)
+            ],
+            forward=lambda layer, t: [stateless(layer, t, t["images"])],
+            diff=("images", "kernel", "bias"),
         )
     )
