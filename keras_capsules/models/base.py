@@ -65,6 +65,7 @@ class CapsuleClassifier(keras.Model):
         self.scores = Length(name="scores")
         self.mask = Mask(name="mask")
         self.margin_loss = MarginLoss()
+        self.reconstruction_loss = keras.losses.MeanSquaredError()
         # Poses of the last forward pass, per thread (MirroredStrategy traces
         # its replicas in threads); read back by compute_loss.
         object.__setattr__(self, "_recorded_poses", {})
@@ -110,11 +111,13 @@ class CapsuleClassifier(keras.Model):
 
     def _reconstruction_error(self, images, poses, labels, sample_weight):
         decoded = ops.cast(self.decoder(self.mask([poses, labels])), "float32")
-        images = ops.cast(images, "float32")
-        error = ops.mean(ops.square(decoded - images), axis=(1, 2, 3))
-        if sample_weight is not None:
-            error = error * ops.cast(ops.reshape(sample_weight, (-1,)), "float32")
-        return ops.mean(error)
+        batch = ops.shape(decoded)[0]
+        # A Keras loss, so tf.distribute replicas scale it like the others.
+        return self.reconstruction_loss(
+            ops.reshape(ops.cast(images, "float32"), (batch, -1)),
+            ops.reshape(decoded, (batch, -1)),
+            sample_weight,
+        )
 
     def _one_hot(self, y):
         if len(y.shape) == 2 and y.shape[-1] == self.num_classes:
