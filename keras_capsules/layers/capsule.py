@@ -157,6 +157,9 @@ def deserialize_router(router, dtype=None):
     if router is None:
         return DynamicRouting(dtype=dtype)
     if isinstance(router, dict):
+        # Capsule.build builds the router; a router built from its saved
+        # build_config could not create its weights again.
+        router = {k: v for k, v in router.items() if k != "build_config"}
         router = keras.saving.deserialize_keras_object(router)
     if not isinstance(router, Router):
         raise ValueError(

@@ -1,0 +1,203 @@
+"""Shared command line, training loop and reporting of the example scripts.
+
+Each example defines its model, data and optimiser and calls `run(...)`,
+which parses the common flags, sets the dtype policy and the distribution,
+trains with `model.fit`, evaluates on the test split and writes
+`training_log.csv`, `metrics.json`, `model.keras` and PNG figures.
+"""
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+
+import keras  # Before tensorflow: torch and TF clash if TF loads first.
+
+import keras_capsules
+from keras_capsules.routing import Router
+
+MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
+SMOKE_BATCH_SIZE = 4
+SMOKE_STEPS = 2
+
+
+def router_names():
+    """Snake-case names of the routers exported by `keras_capsules.routing`."""
+    names = {}
+    for attr in dir(keras_capsules.routing):
+        obj = getattr(keras_capsules.routing, attr)
+        if isinstance(obj, type) and issubclass(obj, Router) and obj is not Router:
+            snake = "".join("_" + c.lower() if c.isupper() else c for c in attr).lstrip("_")
+            names[snake.removesuffix("_routing")] = obj
+    return names
+
+
+def make_router(name):
+    return None if name is None else router_names()[name]()
+
+
+def parse_args(description, epochs, batch_size, routers=True, argv=None):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--epochs", type=int, default=epochs)
+    parser.add_argument("--batch-size", type=int, default=batch_size,
+                        help="global batch size (split across devices with --distribute)")
+    if routers:
+        parser.add_argument("--router", choices=sorted(router_names()), default=None,
+                            help="router of the class capsules (default: the paper's)")
+    parser.add_argument("--data-dir", default=None,
+                        help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
+    parser.add_argument("--output-dir", default=None,
+                        help="where logs, metrics, model and figures go")
+    parser.add_argument("--mixed-precision", choices=MIXED_PRECISION, default="float32")
+    parser.add_argument("--distribute", action="store_true",
+                        help="data-parallel on all local devices (JAX, TensorFlow)")
+    parser.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
+                        help="XLA for the train step (TF and JAX; torch ignores it)")
+    parser.add_argument("--steps-per-epoch", type=int, default=None,
+                        help="limit the steps of each epoch (default: the whole split)")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"{SMOKE_STEPS} steps on tfds.testing.mock_data (for tests)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.epochs, args.batch_size = 1, SMOKE_BATCH_SIZE
+        args.steps_per_epoch = SMOKE_STEPS
+    return args
+
+
+@contextlib.contextmanager
+def distribution_scope(enabled):
+    """Yields the number of replicas; sets up the backend's data parallelism."""
+    if not enabled:
+        yield 1
+        return
+    backend = keras.backend.backend()
+    if backend == "jax":
+        devices = keras.distribution.list_devices()
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+        print(f"Data-parallel on {len(devices)} JAX devices: {devices}")
+        try:
+            yield len(devices)
+        finally:
+            keras.distribution.set_distribution(None)
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+        strategy = tf.distribute.MirroredStrategy([d.name for d in devices])
+        print(f"MirroredStrategy on {strategy.num_replicas_in_sync} devices")
+        with strategy.scope():
+            yield strategy.num_replicas_in_sync
+    else:
+        raise SystemExit(
+            f"--distribute is not supported on the {backend} backend: Keras has no "
+            "data-parallel trainer for it here. Use KERAS_BACKEND=jax "
+            "(keras.distribution.DataParallel) or KERAS_BACKEND=tensorflow "
+            "(tf.distribute.MirroredStrategy), or run without --distribute."
+        )
+
+
+class Throughput(keras.callbacks.Callback):
+    """Training images per second after the first `warmup` steps (compilation)."""
+
+    def __init__(self, batch_size, warmup=3):
+        super().__init__()
+        self.batch_size, self.warmup = batch_size, warmup
+        self.steps, self.start, self.seconds = 0, None, 0.0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+        if self.steps == self.warmup:
+            self.start = time.perf_counter()
+        elif self.steps > self.warmup:
+            self.seconds = time.perf_counter() - self.start
+
+    @property
+    def images_per_second(self):
+        counted = self.steps - self.warmup
+        if counted <= 0 or self.seconds <= 0:
+            return None
+        return counted * self.batch_size / self.seconds
+
+
+def steps_in(dataset):
+    n = int(dataset.cardinality())
+    return n if n > 0 else None
+
+
+def run(name, description, build_model, load_data, make_optimizer, figures=None,
+        epochs=10, batch_size=32, routers=True, argv=None):
+    """Trains, evaluates and reports one example; returns the metrics dict.
+
+    build_model(args) -> keras.Model; load_data(args, batch_size, drop_remainder)
+    -> (train, test) tf.data datasets; make_optimizer(args, steps_per_epoch);
+    figures(model, test_dataset, output_dir) writes extra PNGs.
+    """
+    from figures import plot_history  # Imports matplotlib only when running.
+
+    args = parse_args(description, epochs, batch_size, routers, argv)
+    output_dir = args.output_dir or os.path.join("runs", name)
+    os.makedirs(output_dir, exist_ok=True)
+    keras.config.set_dtype_policy(args.mixed_precision)
+    mock = contextlib.nullcontext()
+    if args.smoke:
+        import tensorflow_datasets as tfds
+
+        mock = tfds.testing.mock_data(num_examples=SMOKE_BATCH_SIZE * SMOKE_STEPS * 2)
+    try:
+        with mock, distribution_scope(args.distribute) as replicas:
+            train, test = load_data(args, args.batch_size, drop_remainder=replicas > 1)
+            steps = args.steps_per_epoch or steps_in(train)
+            model = build_model(args)
+            jit = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
+            model.compile(optimizer=make_optimizer(args, steps or 1),
+                          metrics=["accuracy"], jit_compile=jit)
+            throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)
+            callbacks = [
+                keras.callbacks.CSVLogger(os.path.join(output_dir, "training_log.csv")),
+                throughput,
+            ]
+            start = time.perf_counter()
+            history = model.fit(
+                train, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
+                validation_data=test, validation_steps=SMOKE_STEPS if args.smoke else None,
+                callbacks=callbacks, verbose=2 if args.smoke else "auto",
+            )
+            train_seconds = time.perf_counter() - start
+            test_loss, test_accuracy = model.evaluate(
+                test, steps=SMOKE_STEPS if args.smoke else None, verbose=0
+            )
+            model_path = os.path.join(output_dir, "model.keras")
+            model.save(model_path)
+            plot_history(history.history, os.path.join(output_dir, "training_curves.png"))
+            if figures is not None:
+                figures(model, test, output_dir)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    metrics = {
+        "model": type(model).__name__,
+        "example": name,
+        "backend": keras.backend.backend(),
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "steps_per_epoch": steps,
+        "test_accuracy": float(test_accuracy),
+        "test_loss": float(test_loss),
+        "parameters": int(model.count_params()),
+        "images_per_second": throughput.images_per_second,
+        "train_seconds": train_seconds,
+        "mixed_precision": args.mixed_precision,
+        "distribute": args.distribute,
+        "replicas": replicas,
+        "router": getattr(args, "router", None),
+        "smoke": args.smoke,
+        "command": " ".join([os.path.basename(sys.argv[0])] + list(
+            sys.argv[1:] if argv is None else argv)),
+    }
+    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2)
+    print(f"Test accuracy {test_accuracy:.4f}; {metrics['images_per_second'] or math.nan:.1f} "
+          f"training images/s on {metrics['backend']}; outputs in {output_dir}")
+    return metrics

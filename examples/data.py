@@ -1,0 +1,150 @@
+"""tf.data input pipelines for the examples (MNIST and smallNORB from TFDS).
+
+`model.fit` consumes these `tf.data.Dataset`s of `(image, label)` batches on
+TensorFlow, PyTorch and JAX. Kept out of `keras_capsules`, which imports no
+TensorFlow.
+"""
+
+import math
+import os
+
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+class DatasetUnavailableError(RuntimeError):
+    """The dataset is neither prepared in the data dir nor downloadable."""
+
+
+def load_split(name, split, data_dir=None, download=True):
+    """`tfds.load(name, split=split)` as a dict dataset, with a clear error."""
+    data_dir = data_dir or os.environ.get("TFDS_DATA_DIR")
+    try:
+        return tfds.load(name, split=split, data_dir=data_dir, download=download)
+    except Exception as error:  # TFDS raises many types (network, not found).
+        where = data_dir or "~/tensorflow_datasets (set TFDS_DATA_DIR or --data-dir)"
+        raise DatasetUnavailableError(
+            f"TFDS dataset {name!r} (split {split!r}) is not prepared in {where} and "
+            f"could not be downloaded ({type(error).__name__}: {error}). Prepare it "
+            f"once with `tfds build {name} --data_dir DIR` (or "
+            f"`tfds.builder({name!r}, data_dir=DIR).download_and_prepare()`) on a "
+            "machine with internet access, then point TFDS_DATA_DIR (or the "
+            "--data-dir flag) at DIR."
+        ) from error
+
+
+def _finish(ds, batch_size, training, shuffle_buffer, drop_remainder=False):
+    if training:
+        ds = ds.shuffle(shuffle_buffer, reshuffle_each_iteration=True)
+    return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
+
+
+# ----------------------------------------------------------------- MNIST
+
+
+def random_shift(image, max_shift=2):
+    """Shifts by up to `max_shift` pixels each way, filling with zeros (Sabour et al.)."""
+    height, width, channels = image.shape
+    padded = tf.pad(image, [[max_shift] * 2, [max_shift] * 2, [0, 0]])
+    return tf.image.random_crop(padded, (height, width, channels))
+
+
+def random_rotate(image, max_degrees=30.0):
+    """Rotation about the centre by `max_degrees * clip(N(0, 0.33), +-1)`.
+
+    The angle distribution of the Efficient-CapsNet code
+    (`image_rotate_random`); bilinear, zero fill.
+    """
+    angle = tf.clip_by_value(tf.random.normal((), 0.0, 0.33), -0.9999, 0.9999)
+    angle = angle * max_degrees * math.pi / 180.0
+    height, width = float(image.shape[0]), float(image.shape[1])
+    cos, sin = tf.cos(angle), tf.sin(angle)
+    # Output pixel (x, y) samples input (a0 x + a1 y + a2, b0 x + b1 y + b2).
+    cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
+    transform = tf.stack([
+        cos, -sin, cx - cos * cx + sin * cy,
+        sin, cos, cy - sin * cx - cos * cy,
+        0.0, 0.0,
+    ])
+    rotated = tf.raw_ops.ImageProjectiveTransformV3(
+        images=image[None], transforms=transform[None],
+        output_shape=tf.constant([int(image.shape[0]), int(image.shape[1])], tf.int32),
+        fill_value=0.0, interpolation="BILINEAR", fill_mode="CONSTANT",
+    )
+    return tf.ensure_shape(rotated[0], image.shape)
+
+
+def random_erase(image, size=4):
+    """Zeroes one random `size x size` patch (Efficient-CapsNet `image_erase_random`)."""
+    height, width, _ = image.shape
+    top = tf.random.uniform((), 0, height - size + 1, tf.int32)
+    left = tf.random.uniform((), 0, width - size + 1, tf.int32)
+    rows = tf.range(height)[:, None, None]
+    cols = tf.range(width)[None, :, None]
+    patch = (rows >= top) & (rows < top + size) & (cols >= left) & (cols < left + size)
+    return tf.where(patch, tf.zeros_like(image), image)
+
+
+def _mnist_image(example):
+    return tf.cast(example["image"], tf.float32) / 255.0, example["label"]
+
+
+def mnist(split, batch_size, augment=None, data_dir=None, download=True,
+          shuffle_buffer=10_000, drop_remainder=False):
+    """MNIST `(image in [0, 1], integer label)` batches.
+
+    augment: `None`, `"capsnet"` (random shift up to 2 px, Sabour et al.)
+    or `"efficient_capsnet"` (random rotation, shift up to 2 px and a
+    random 4x4 erase, after Mazzia et al.'s code). Only for `split="train"`.
+    """
+    if augment not in (None, "capsnet", "efficient_capsnet"):
+        raise ValueError(f"Unknown MNIST augmentation. Received: augment={augment!r}")
+    ds = load_split("mnist", split, data_dir, download).map(_mnist_image, AUTOTUNE)
+    training = augment is not None
+    if augment == "capsnet":
+        ds = ds.map(lambda x, y: (random_shift(x), y), AUTOTUNE)
+    elif augment == "efficient_capsnet":
+        ds = ds.map(
+            lambda x, y: (random_erase(random_shift(random_rotate(x))), y), AUTOTUNE
+        )
+    return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
+
+
+# ------------------------------------------------------------- smallNORB
+
+SMALLNORB_CLASSES = ("animal", "human", "airplane", "truck", "car")
+
+
+def _smallnorb_pair(example):
+    """Both stereo images as 2 channels, resized to 48x48, in [0, 1]."""
+    stereo = tf.concat([example["image"], example["image2"]], axis=-1)
+    stereo = tf.image.resize(tf.cast(stereo, tf.float32) / 255.0, (48, 48))
+    return stereo, example["label_category"]
+
+
+def _smallnorb_train(image, label):
+    image = tf.image.random_crop(image, (32, 32, 2))
+    image = tf.image.random_brightness(image, max_delta=32.0 / 255.0)
+    image = tf.image.random_contrast(image, lower=0.5, upper=1.5)
+    return tf.image.per_image_standardization(image), label
+
+
+def _smallnorb_test(image, label):
+    image = tf.image.crop_to_bounding_box(image, 8, 8, 32, 32)
+    return tf.image.per_image_standardization(image), label
+
+
+def smallnorb(split, batch_size, training=None, data_dir=None, download=True,
+              shuffle_buffer=10_000, drop_remainder=False):
+    """smallNORB `(32x32x2 standardised stereo image, category)` batches.
+
+    Hinton et al. (2018): 48x48, then a random 32x32 crop with random
+    brightness and contrast for training, the centre crop for testing,
+    per-image standardisation. `training` defaults to `split == "train"`.
+    """
+    training = split == "train" if training is None else training
+    ds = load_split("smallnorb", split, data_dir, download).map(_smallnorb_pair, AUTOTUNE)
+    ds = ds.map(_smallnorb_train if training else _smallnorb_test, AUTOTUNE)
+    return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)

@@ -1,0 +1,157 @@
+"""Capsule classifiers whose loss adds a label-masked reconstruction term."""
+
+import threading
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_capsules.layers.length import Length
+from keras_capsules.layers.mask import Mask
+from keras_capsules.losses import MarginLoss
+from keras_capsules.validation import int_tuple, positive_int
+
+
+class CapsuleClassifier(keras.Model):
+    """Base of the capsule classifiers: class scores out, reconstruction in the loss.
+
+    Subclasses create `self.features` (images -> child capsules) and
+    `self.digit_capsules` (a `keras_capsules.layers.Capsule` giving one
+    capsule per class). `call(images)` returns the class scores, the
+    lengths of the class capsules, so `predict` and the compiled metrics
+    see `(batch, num_classes)` scores.
+
+    Training needs no second input: `compute_loss(x, y, y_pred)` (which
+    the trainers of every backend call right after the forward pass, in
+    the same traced function) takes the class-capsule poses that this
+    forward pass recorded, masks them with the true labels `y`, decodes
+    them and adds
+
+    ```
+    loss = compiled_loss(one_hot(y), scores)  # MarginLoss() if none compiled
+           + reconstruction_weight * mean((decoder(mask(poses, y)) - x)^2)
+    ```
+
+    The decoder ends in `decoder_activation`: `"sigmoid"` for images in
+    [0, 1], `"linear"` for standardised images.
+
+    Labels may be integer class ids `(batch,)` or one-hot `(batch,
+    num_classes)`; the compiled loss receives them one-hot.
+    """
+
+    def __init__(
+        self,
+        input_shape,
+        num_classes,
+        reconstruction=True,
+        reconstruction_weight=0.392,
+        decoder_units=(512, 1024),
+        decoder_activation="sigmoid",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.image_shape = int_tuple(input_shape, 3, "input_shape")
+        self.num_classes = positive_int(num_classes, "num_classes")
+        self.reconstruction = bool(reconstruction)
+        self.reconstruction_weight = float(reconstruction_weight)
+        if self.reconstruction_weight < 0:
+            raise ValueError(
+                "`reconstruction_weight` must be >= 0. "
+                f"Received: reconstruction_weight={reconstruction_weight}"
+            )
+        self.decoder_units = tuple(positive_int(u, "decoder_units") for u in decoder_units)
+        self.decoder_activation = keras.activations.serialize(
+            keras.activations.get(decoder_activation))
+        self.scores = Length(name="scores")
+        self.mask = Mask(name="mask")
+        self.margin_loss = MarginLoss()
+        self.reconstruction_loss = keras.losses.MeanSquaredError()
+        # Poses of the last forward pass, per thread (MirroredStrategy traces
+        # its replicas in threads); read back by compute_loss.
+        object.__setattr__(self, "_recorded_poses", {})
+
+    def _build_decoder(self, capsule_dim):
+        layers = [keras.Input((self.num_classes * capsule_dim,))]
+        layers += [keras.layers.Dense(u, activation="relu") for u in self.decoder_units]
+        layers += [
+            keras.layers.Dense(
+                int(np.prod(self.image_shape)), activation=self.decoder_activation
+            ),
+            keras.layers.Reshape(self.image_shape),
+        ]
+        return keras.Sequential(layers, name="decoder")
+
+    def build(self, input_shape=None):
+        self.built = True
+
+    def encode(self, images, training=None):
+        """Class-capsule poses `(batch, num_classes, capsule_dim)`."""
+        return self.digit_capsules(self.features(images, training=training))
+
+    def call(self, images, training=None):
+        poses = self.encode(images, training=training)
+        self._recorded_poses[threading.get_ident()] = poses
+        return self.scores(poses)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        labels = self._one_hot(y)
+        if self._compile_loss is not None:
+            loss = self._compile_loss(labels, y_pred, sample_weight)
+        else:
+            loss = self.margin_loss(labels, y_pred, sample_weight)
+        losses = [ops.cast(loss, "float32")]
+        if self.reconstruction:
+            poses = self._recorded_poses.pop(threading.get_ident(), None)
+            if poses is None:  # compute_loss called without a forward pass.
+                poses = self.encode(x, training=training)
+            losses.append(self.reconstruction_weight * self._reconstruction_error(
+                x, poses, labels, sample_weight))
+        losses += [ops.cast(self._aggregate_additional_loss(l), "float32") for l in self.losses]
+        return ops.sum(ops.stack(losses))
+
+    def _reconstruction_error(self, images, poses, labels, sample_weight):
+        decoded = ops.cast(self.decoder(self.mask([poses, labels])), "float32")
+        batch = ops.shape(decoded)[0]
+        # A Keras loss, so tf.distribute replicas scale it like the others.
+        return self.reconstruction_loss(
+            ops.reshape(ops.cast(images, "float32"), (batch, -1)),
+            ops.reshape(decoded, (batch, -1)),
+            sample_weight,
+        )
+
+    def _one_hot(self, y):
+        if len(y.shape) == 2 and y.shape[-1] == self.num_classes:
+            return ops.cast(y, "float32")
+        return ops.one_hot(ops.cast(ops.reshape(y, (-1,)), "int32"), self.num_classes)
+
+    def reconstruct(self, images, labels=None):
+        """Decoded images, masked by `labels` (ids or one-hot) or by the longest capsule."""
+        poses = self.encode(ops.convert_to_tensor(images), training=False)
+        if labels is None:
+            return self.decoder(self.mask(poses))
+        return self.decoder(self.mask([poses, self._one_hot(ops.convert_to_tensor(labels))]))
+
+    def decode(self, poses):
+        """Decodes class-capsule poses `(batch, num_classes, dim)` as they are."""
+        batch = ops.shape(poses)[0]
+        return self.decoder(ops.reshape(poses, (batch, -1)))
+
+    def routing_coefficients(self, images):
+        """Coupling coefficients of the class capsules, `(batch, in_caps, num_classes)`."""
+        children = self.features(ops.convert_to_tensor(images), training=False)
+        layer = self.digit_capsules
+        equation = "bid,jde->bije" if layer.share_weights else "bid,ijde->bije"
+        votes = ops.einsum(equation, children, layer.kernel)
+        return layer.router(votes, None, return_coefficients=True)[2]
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "input_shape": self.image_shape,
+            "num_classes": self.num_classes,
+            "reconstruction": self.reconstruction,
+            "reconstruction_weight": self.reconstruction_weight,
+            "decoder_units": self.decoder_units,
+            "decoder_activation": self.decoder_activation,
+        }

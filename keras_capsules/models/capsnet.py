@@ -1,0 +1,98 @@
+"""The CapsNet of Sabour et al. (2017)."""
+
+import keras
+
+from keras_capsules.layers.capsule import Capsule, deserialize_router
+from keras_capsules.layers.primary_capsule import PrimaryCapsule
+from keras_capsules.models.base import CapsuleClassifier
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class CapsNet(CapsuleClassifier):
+    """CapsNet with dynamic routing and a reconstruction decoder.
+
+    ```
+    images -> Conv2D(256, 9, relu) -> PrimaryCapsule(32, 8, 9, strides=2)
+           -> Capsule(num_classes, 16, router)  -> lengths (class scores)
+    decoder: mask(poses, label) -> Dense(512, relu) -> Dense(1024, relu)
+             -> Dense(prod(input_shape), sigmoid) -> reshape
+    ```
+
+    The decoder sees the class capsules masked by the true label during
+    training and evaluation (inside `compute_loss`) and by the longest
+    capsule in `reconstruct(images)`. The loss is the compiled loss
+    (`MarginLoss()` if none) plus `reconstruction_weight` times the mean
+    squared reconstruction error; 0.392 = 0.0005 * 784, the paper's weight
+    on the summed squared error, for MNIST. With the default arguments the
+    model has 8,215,568 parameters (6,804,224 without the decoder), as in
+    the paper.
+
+    Args:
+        input_shape: image shape `(height, width, channels)`.
+        num_classes: number of classes (class capsules).
+        router: a `keras_capsules.routing.Router` for the class capsules;
+            default `DynamicRouting()` (3 iterations).
+        reconstruction: build the decoder and add the reconstruction loss.
+        reconstruction_weight: weight of the mean squared error.
+        conv_filters, primary_capsules, primary_dim, capsule_dim: layer
+            sizes (256, 32, 8 and 16 in the paper).
+        decoder_units: hidden sizes of the decoder.
+        decoder_activation: activation of the decoder output (`"sigmoid"`
+            for images in [0, 1], `"linear"` for standardised images).
+
+    Example:
+
+    >>> model = keras_capsules.models.CapsNet()
+    >>> model.compile(optimizer="adam", metrics=["accuracy"])
+    >>> model.fit(images, labels, batch_size=128)   # labels: class ids
+    >>> scores = model.predict(images)              # (batch, 10) lengths
+
+    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
+    NeurIPS 2017.
+    """
+
+    def __init__(
+        self,
+        input_shape=(28, 28, 1),
+        num_classes=10,
+        router=None,
+        reconstruction=True,
+        reconstruction_weight=0.392,
+        conv_filters=256,
+        primary_capsules=32,
+        primary_dim=8,
+        capsule_dim=16,
+        decoder_units=(512, 1024),
+        decoder_activation="sigmoid",
+        **kwargs,
+    ):
+        super().__init__(
+            input_shape, num_classes, reconstruction, reconstruction_weight,
+            decoder_units, decoder_activation, **kwargs,
+        )
+        self.conv_filters = conv_filters
+        self.primary_capsules = primary_capsules
+        self.primary_dim = primary_dim
+        self.capsule_dim = capsule_dim
+        images = keras.Input(self.image_shape)
+        x = keras.layers.Conv2D(conv_filters, 9, activation="relu", name="conv")(images)
+        x = PrimaryCapsule(primary_capsules, primary_dim, 9, strides=2, name="primary")(x)
+        self.features = keras.Model(images, x, name="features")
+        self.digit_capsules = Capsule(
+            num_classes, capsule_dim, router=deserialize_router(router), name="class_capsules"
+        )
+        self.digit_capsules.build(x.shape)
+        if self.reconstruction:
+            self.decoder = self._build_decoder(capsule_dim)
+        self.build((None, *self.image_shape))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            router=keras.saving.serialize_keras_object(self.digit_capsules.router),
+            conv_filters=self.conv_filters,
+            primary_capsules=self.primary_capsules,
+            primary_dim=self.primary_dim,
+            capsule_dim=self.capsule_dim,
+        )
+        return config

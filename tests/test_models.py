@@ -1,0 +1,124 @@
+"""Model builders: sizes, the loss added in compute_loss, reconstruction, saving."""
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+
+import keras_capsules as kc
+from keras_capsules.models import CapsNet, EfficientCapsNet
+from tests.conftest import jit_compile_for_backend
+
+
+def tiny_capsnet(**kwargs):
+    return CapsNet((20, 20, 1), 3, conv_filters=8, primary_capsules=2, primary_dim=4,
+                   capsule_dim=4, decoder_units=(8,), **kwargs)
+
+
+def tiny_efficient(**kwargs):
+    return EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,), **kwargs)
+
+
+def batch(shape, classes=3, n=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(size=(n, *shape)).astype("float32"), rng.integers(0, classes, n)
+
+
+def test_capsnet_paper_parameter_count():
+    model = CapsNet()
+    assert model.count_params() == 8_215_568
+    assert model.count_params() - model.decoder.count_params() == 6_804_224
+
+
+def test_efficient_capsnet_paper_parameter_count():
+    model = EfficientCapsNet()
+    assert model.count_encoder_params() == 161_824  # The paper's count.
+    assert model.count_params() == 161_824 + 576 + 1_411_344  # + BN stats + decoder.
+
+
+def test_loss_is_margin_plus_weighted_reconstruction():
+    model = tiny_capsnet(reconstruction_weight=0.5)
+    model.compile(optimizer="adam", jit_compile=jit_compile_for_backend())
+    images, labels = batch(model.image_shape)
+    one_hot = np.eye(3, dtype="float32")[labels]
+    # Integer and one-hot labels give the same loss.
+    losses = [model.evaluate(images, y, batch_size=8, verbose=0) for y in (labels, one_hot)]
+    scores = keras.ops.convert_to_numpy(model(images))
+    margin = (one_hot * np.maximum(0.9 - scores, 0) ** 2
+              + 0.5 * (1 - one_hot) * np.maximum(scores - 0.1, 0) ** 2).sum(-1).mean()
+    decoded = keras.ops.convert_to_numpy(model.reconstruct(images, labels))
+    mse = ((decoded - images) ** 2).mean()
+    np.testing.assert_allclose(losses, [margin + 0.5 * mse] * 2, rtol=1e-4)
+    assert not hasattr(tiny_capsnet(reconstruction=False), "decoder")
+
+
+@pytest.mark.parametrize("build,router", [
+    (tiny_capsnet, kc.SelfAttentionRouting(temperature=2.0)),
+    (tiny_efficient, None),
+])
+def test_fit_from_image_label_pairs_then_keras_round_trip(build, router):
+    model = build(router=router)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), metrics=["accuracy"],
+                  jit_compile=jit_compile_for_backend())
+    images, labels = batch(model.image_shape)
+    decoder_before = [w.copy() for w in model.decoder.get_weights()]
+    losses = model.fit(images, labels, batch_size=4, epochs=3, verbose=0).history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    # The reconstruction term reaches the decoder through compute_loss.
+    assert all(np.abs(a - b).max() > 0 for a, b in zip(decoder_before, model.decoder.get_weights()))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path, safe_mode=True)
+    assert type(loaded) is type(model)
+    assert loaded.get_config() == model.get_config()
+    scores = model.predict(images, verbose=0)
+    assert scores.shape == (8, 3)
+    np.testing.assert_allclose(loaded.predict(images, verbose=0), scores, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded.reconstruct(images, labels)),
+        keras.ops.convert_to_numpy(model.reconstruct(images, labels)), rtol=1e-5, atol=1e-6)
+
+
+def test_reconstruct_masks_by_label_or_longest_capsule():
+    model = tiny_capsnet()
+    images, labels = batch(model.image_shape)
+    poses = keras.ops.convert_to_numpy(model.encode(images))
+    for given in (labels, None):
+        chosen = labels if given is not None else np.linalg.norm(poses, axis=-1).argmax(-1)
+        masked = poses * np.eye(3)[chosen][..., None]
+        expected = keras.ops.convert_to_numpy(model.decode(masked))
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(model.reconstruct(images, given)), expected,
+            rtol=1e-5, atol=1e-6)
+
+
+def test_routing_coefficients_are_a_distribution_over_classes():
+    model = tiny_capsnet()
+    images, _ = batch(model.image_shape, n=2)
+    c = keras.ops.convert_to_numpy(model.routing_coefficients(images))
+    assert c.shape == (2, 2 * 2 * 2, 3)
+    np.testing.assert_allclose(c.sum(-1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_fit_has_finite_loss(policy):
+    keras.config.set_dtype_policy(policy)
+    model = tiny_efficient()
+    model.compile(optimizer="adam", jit_compile=False)  # XLA + mixed: layer tests.
+    images, labels = batch(model.image_shape)
+    loss = model.fit(images, labels, batch_size=4, verbose=0).history["loss"]
+    assert np.all(np.isfinite(loss))
+
+
+def test_bad_arguments_raise_value_errors():
+    with pytest.raises(ValueError, match="reconstruction_weight=-1"):
+        tiny_capsnet(reconstruction_weight=-1)
+    with pytest.raises(ValueError, match="num_classes"):
+        CapsNet(num_classes=0)
+    with pytest.raises(ValueError, match="router"):
+        CapsNet(router="dynamic")
+    with pytest.raises(ValueError, match="input_shape"):
+        EfficientCapsNet(input_shape=(28, 28))
