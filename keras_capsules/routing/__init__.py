@@ -3,3 +3,4 @@
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.routing.self_attention import SelfAttentionRouting
+from keras_capsules.routing.em import EMRouting
