@@ -11,3 +11,5 @@ from keras_capsules.layers import Capsule, Length, Mask, PrimaryCapsule
 from keras_capsules.losses import MarginLoss
 from keras_capsules.ops import efficient_squash, safe_norm, squash
 from keras_capsules.routing import DynamicRouting, Router, SelfAttentionRouting
+from keras_capsules.routing import EMRouting
+from keras_capsules.layers import ConvCapsule1D, ConvCapsule2D

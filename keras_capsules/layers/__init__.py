@@ -4,3 +4,4 @@ from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
+from keras_capsules.layers.conv_capsule import ConvCapsule1D, ConvCapsule2D

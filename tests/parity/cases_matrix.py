@@ -2,6 +2,8 @@
 
 import keras_capsules
 from tests.parity.registry import Case, register, stateless
+from tests.reference import conv_capsule as ref_conv
+from tests.reference import dynamic as ref_dynamic
 from tests.reference import em as ref_em
 
 
@@ -55,3 +57,75 @@ _register_em("it2-lambda-sequence", iterations=2, inverse_temperature=[0.5, 3.0]
 _register_em("it2-pose16", dim=16, iterations=2)
 _register_em("it3-pose16", dim=16, iterations=3, tolerance=POSE16_TOLERANCE)
 _register_em("it2-no-activations", with_activations=False, iterations=2)
+
+
+# ConvCapsule1D / ConvCapsule2D: grid, kernel, stride, padding, router.
+def _conv_inputs(grid, types, dim, kernel_size, n_out, out_dim, em):
+    def inputs(rng):
+        arrays = {
+            "poses": rng.normal(size=(2, *grid, types, dim)),
+            "kernel": rng.normal(size=(*kernel_size, types, n_out, dim, out_dim)) * 0.5,
+        }
+        if em:
+            arrays["activations"] = rng.uniform(0.1, 0.9, size=(2, *grid, types))
+            arrays["beta_u"] = rng.normal(size=(n_out,)) * 0.5
+            arrays["beta_a"] = rng.normal(size=(n_out,)) * 0.5
+        return arrays
+
+    return inputs
+
+
+def _reference_router(em):
+    if em:
+        return lambda a: lambda votes, act: ref_em.em_routing(
+            votes, act, a["beta_u"], a["beta_a"], iterations=2
+        )
+    return lambda a: lambda votes, act: ref_dynamic.dynamic_routing(votes)
+
+
+def _register_conv(name, rank, grid, kernel_size, strides, padding, em, plain=False):
+    types, dim, n_out, out_dim = 2, 3, 2, 3
+    if plain:
+        types = 1
+    layer_cls = keras_capsules.layers.ConvCapsule1D if rank == 1 else keras_capsules.layers.ConvCapsule2D
+    make_inputs = _conv_inputs(grid, types, dim, kernel_size, n_out, out_dim, em)
+    router = _reference_router(em)
+
+    def inputs(rng):
+        arrays = make_inputs(rng)
+        if plain:
+            arrays["poses"] = arrays["poses"][:, :, 0]
+        return arrays
+
+    def reference(a):
+        poses = a["poses"][:, :, None] if plain else a["poses"]
+        return list(ref_conv.conv_capsule(
+            poses, a["kernel"], kernel_size, strides, padding, router(a), a.get("activations")))
+
+    def forward(layer, t):
+        x = [t["poses"], t["activations"]] if em else t["poses"]
+        return list(stateless(layer, t, x))
+
+    register(
+        Case(
+            name=f"conv-capsule-{name}",
+            inputs=inputs,
+            build=lambda: layer_cls(
+                n_out, out_dim, kernel_size, strides=strides, padding=padding,
+                router=keras_capsules.routing.EMRouting(iterations=2) if em else None,
+                return_activations=True,
+            ),
+            reference=reference,
+            forward=forward,
+            diff=("poses", "kernel") + (("activations", "beta_u", "beta_a") if em else ()),
+        )
+    )
+
+
+_register_conv("2d-k3-s1-valid", 2, (4, 4), (3, 3), (1, 1), "valid", em=False)
+_register_conv("2d-k2-s2-valid", 2, (4, 5), (2, 2), (2, 2), "valid", em=False)
+_register_conv("2d-k3-s2-same", 2, (4, 5), (3, 3), (2, 2), "same", em=False)
+_register_conv("2d-k2x3-s1x2-same-em", 2, (3, 4), (2, 3), (1, 2), "same", em=True)
+_register_conv("1d-k3-s2-valid", 1, (7,), (3,), (2,), "valid", em=False)
+_register_conv("1d-k2-s1-same-em", 1, (5,), (2,), (1,), "same", em=True)
+_register_conv("1d-plain-k3-s1-same", 1, (5,), (3,), (1,), "same", em=False, plain=True)
