@@ -5,6 +5,7 @@ from tests.parity.registry import Case, register, stateless
 from tests.reference import conv_capsule as ref_conv
 from tests.reference import dynamic as ref_dynamic
 from tests.reference import em as ref_em
+from tests.reference import matrix_capsule as ref_matrix
 
 
 def _em_inputs(dim, with_activations=True):
@@ -129,3 +130,95 @@ _register_conv("2d-k2x3-s1x2-same-em", 2, (3, 4), (2, 3), (1, 2), "same", em=Tru
 _register_conv("1d-k3-s2-valid", 1, (7,), (3,), (2,), "valid", em=False)
 _register_conv("1d-k2-s1-same-em", 1, (5,), (2,), (1,), "same", em=True)
 _register_conv("1d-plain-k3-s1-same", 1, (5,), (3,), (1,), "same", em=False, plain=True)
+
+
+# Matrix capsule layers (4x4 poses, EMRouting by default).
+def _em_route(a, iterations):
+    return lambda votes, act: ref_em.em_routing(
+        votes, act, a["beta_u"], a["beta_a"], iterations=iterations
+    )
+
+
+def _matrix_grid_inputs(grid, types, kernel_shape, n_out):
+    def inputs(rng):
+        return {
+            "poses": rng.normal(size=(2, *grid, types, 16)),
+            "activations": rng.uniform(0.1, 0.9, size=(2, *grid, types)),
+            "kernel": rng.normal(size=kernel_shape) * 0.5,
+            "beta_u": rng.normal(size=(n_out,)) * 0.5,
+            "beta_a": rng.normal(size=(n_out,)) * 0.5,
+        }
+
+    return inputs
+
+
+_MATRIX_DIFF = ("poses", "activations", "kernel", "beta_u", "beta_a")
+
+
+def _matrix_forward(layer, t):
+    return list(stateless(layer, t, [t["poses"], t["activations"]]))
+
+
+for _kernel, _strides, _padding, _iterations in (
+    (2, 1, "valid", 3), (3, 2, "same", 2)
+):
+    _k = (_kernel, _kernel)
+    register(
+        Case(
+            name=f"conv-matrix-capsule-k{_kernel}-s{_strides}-{_padding}-it{_iterations}",
+            inputs=_matrix_grid_inputs((3, 3), 2, (*_k, 2, 2, 4, 4), 2),
+            build=lambda k=_kernel, s=_strides, p=_padding, it=_iterations: (
+                keras_capsules.layers.ConvMatrixCapsule(
+                    2, k, strides=s, padding=p,
+                    router=keras_capsules.routing.EMRouting(iterations=it),
+                )
+            ),
+            reference=lambda a, k=_k, s=_strides, p=_padding, it=_iterations: list(
+                ref_matrix.conv_matrix_capsule(
+                    a["poses"], a["activations"], a["kernel"], k, (s, s), p, _em_route(a, it)
+                )
+            ),
+            forward=_matrix_forward,
+            diff=_MATRIX_DIFF,
+        )
+    )
+
+for _coordinates in (True, False):
+    register(
+        Case(
+            name="class-matrix-capsule" + ("-coordinates" if _coordinates else ""),
+            inputs=_matrix_grid_inputs((2, 3), 2, (2, 3, 4, 4), 3),
+            build=lambda c=_coordinates: keras_capsules.layers.ClassMatrixCapsule(
+                3, coordinate_addition=c
+            ),
+            reference=lambda a, c=_coordinates: list(
+                ref_matrix.class_matrix_capsule(
+                    a["poses"], a["activations"], a["kernel"], _em_route(a, 3), c
+                )
+            ),
+            forward=_matrix_forward,
+            diff=_MATRIX_DIFF,
+        )
+    )
+
+register(
+    Case(
+        name="primary-matrix-capsule-k2",
+        inputs=lambda rng: {
+            "images": rng.normal(size=(2, 3, 3, 2)),
+            "pose_kernel": rng.normal(size=(2, 2, 2, 2 * 16)) * 0.5,
+            "pose_bias": rng.normal(size=(2 * 16,)) * 0.1,
+            "activation_kernel": rng.normal(size=(2, 2, 2, 2)) * 0.5,
+            "activation_bias": rng.normal(size=(2,)) * 0.1,
+        },
+        build=lambda: keras_capsules.layers.PrimaryMatrixCapsule(2, kernel_size=2),
+        reference=lambda a: list(
+            ref_matrix.primary_matrix_capsule(
+                a["images"], a["pose_kernel"], a["pose_bias"],
+                a["activation_kernel"], a["activation_bias"],
+            )
+        ),
+        forward=lambda layer, t: list(stateless(layer, t, t["images"])),
+        diff=("images", "pose_kernel", "activation_kernel", "activation_bias"),
+    )
+)
