@@ -13,3 +13,6 @@ from keras_capsules.ops import efficient_squash, safe_norm, squash
 from keras_capsules.routing import DynamicRouting, Router, SelfAttentionRouting
 from keras_capsules.routing import EMRouting
 from keras_capsules.layers import ConvCapsule1D, ConvCapsule2D
+from keras_capsules.layers import ClassMatrixCapsule, ConvMatrixCapsule, PrimaryMatrixCapsule
+from keras_capsules import callbacks
+from keras_capsules.losses import SpreadLoss
