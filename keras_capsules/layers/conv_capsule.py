@@ -75,9 +75,12 @@ class WindowedCapsule(keras.layers.Layer):
             initializer=self.kernel_initializer,
         )
         votes_shape = self._votes_shape(types, self._out_dim(in_dim))
-        self.router.build(
-            votes_shape, None if activations_shape is None else votes_shape[:2]
-        )
+        # A router restored from a config arrives built (its build config
+        # travels with it); building it twice would add its weights twice.
+        if not self.router.built:
+            self.router.build(
+                votes_shape, None if activations_shape is None else votes_shape[:2]
+            )
 
     def _route_windows(self, poses, activations):
         """Windowed routing: `(poses, activations)` of the parent grid."""

@@ -286,7 +286,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
             initializer=self.kernel_initializer,
         )
         in_caps = height * width * types
-        self.router.build((None, in_caps, self.num_classes, POSE_SIZE), (None, in_caps))
+        if not self.router.built:  # see WindowedCapsule.build
+            self.router.build((None, in_caps, self.num_classes, POSE_SIZE), (None, in_caps))
 
     def call(self, inputs):
         poses, activations = inputs
