@@ -29,6 +29,7 @@ def routers():
         "dynamic": lambda: routing.DynamicRouting(iterations=3),
         "dynamic-stopgrad": lambda: routing.DynamicRouting(iterations=3, stop_gradient=True),
         "self-attention": lambda: routing.SelfAttentionRouting(),
+        "em": lambda: routing.EMRouting(iterations=3),
     }
 
 
