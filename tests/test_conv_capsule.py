@@ -16,13 +16,15 @@ GRID_ACTIVATIONS = RNG.uniform(size=(2, 5, 5, 2)).astype("float32")
 SEQUENCE = RNG.normal(size=(2, 7, 3)).astype("float32")
 # A config, not an instance: each layer the layer test builds needs its own.
 EM2 = keras.saving.serialize_keras_object(EMRouting(iterations=2))
+DYNAMIC2 = keras.saving.serialize_keras_object(DynamicRouting(iterations=2))
 
 
 class TestConvCapsule2D(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(
             ConvCapsule2D, {"num_capsules": 3, "capsule_dim": 4, "kernel_size": 3,
-                            "strides": 2, "padding": "same"}, GRID, (2, 3, 3, 3, 4))
+                            "strides": 2, "padding": "same", "router": DYNAMIC2},
+            GRID, (2, 3, 3, 3, 4))
 
     def test_layer_with_activations_and_em(self):
         self.run_layer_test(

@@ -16,6 +16,9 @@ ACTIVATIONS = RNG.uniform(0.1, 0.9, size=(2, 6)).astype("float32")
 IMAGES = RNG.normal(size=(2, 5, 5, 3)).astype("float32")
 POSES = RNG.normal(size=(2, 4, 4, 2, 16)).astype("float32")
 GRID_ACTIVATIONS = RNG.uniform(size=(2, 4, 4, 2)).astype("float32")
+# Layer tests route with 2 EM iterations (compile time under XLA); a config,
+# not an instance, because each layer the test builds needs its own router.
+EM2 = keras.saving.serialize_keras_object(EMRouting(iterations=2))
 
 
 class TestEMRouting(LayerTestCase):
@@ -115,7 +118,7 @@ class TestPrimaryMatrixCapsule(LayerTestCase):
 class TestConvMatrixCapsule(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(
-            ConvMatrixCapsule, {"num_capsules": 3, "kernel_size": 3, "strides": 2},
+            ConvMatrixCapsule, {"num_capsules": 3, "kernel_size": 3, "strides": 2, "router": EM2},
             [POSES, GRID_ACTIVATIONS], ((2, 1, 1, 3, 16), (2, 1, 1, 3)))
 
     def test_votes_are_pose_times_transform(self):
@@ -151,7 +154,7 @@ class TestConvMatrixCapsule(LayerTestCase):
 
 class TestClassMatrixCapsule(LayerTestCase):
     def test_layer(self):
-        self.run_layer_test(ClassMatrixCapsule, {"num_classes": 3},
+        self.run_layer_test(ClassMatrixCapsule, {"num_classes": 3, "router": EM2},
                             [POSES, GRID_ACTIVATIONS], ((2, 3, 16), (2, 3)))
 
     @pytest.mark.parametrize("coordinate_addition", (True, False))
