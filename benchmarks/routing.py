@@ -33,6 +33,7 @@ def routers():
         "sparse-attention-top3": lambda: routing.SparseAttentionRouting(top_k=3),
         "inverted-dot-product": lambda: routing.InvertedDotProductRouting(iterations=2),
         "self-routing": lambda: routing.SelfRouting(),
+        "em": lambda: routing.EMRouting(iterations=3),
     }
 
 

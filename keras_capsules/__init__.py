@@ -6,20 +6,26 @@ TensorFlow, PyTorch and JAX.
 
 __version__ = "0.1.0"
 
-from keras_capsules import layers, losses, models, ops, routing
+from keras_capsules import callbacks, layers, losses, models, ops, routing
 from keras_capsules.layers import (
     Capsule,
     CapsuleAttention,
     CapsulePruning,
+    ClassMatrixCapsule,
+    ConvCapsule1D,
+    ConvCapsule2D,
+    ConvMatrixCapsule,
     Length,
     Mask,
     PrimaryCapsule,
+    PrimaryMatrixCapsule,
 )
-from keras_capsules.losses import MarginLoss
+from keras_capsules.losses import MarginLoss, SpreadLoss
 from keras_capsules.models import CapsNet, EfficientCapsNet
 from keras_capsules.ops import efficient_squash, safe_norm, sparsemax, squash
 from keras_capsules.routing import (
     DynamicRouting,
+    EMRouting,
     InvertedDotProductRouting,
     Router,
     SelfAttentionRouting,

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules.validation import one_of
+from keras_capsules.validation import one_of, positive_float
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -70,4 +70,85 @@ class MarginLoss(keras.losses.Loss):
             down_weight=self.down_weight,
             class_reduction=self.class_reduction,
         )
+        return config
+
+
+class _MarginState(keras.metrics.Metric):
+    """Holds the spread-loss margin as state of the compiled train step.
+
+    A loss has no variables of its own in a Keras train step: under JAX a
+    variable read by a loss is baked into the jitted function as a
+    constant. A metric's variables are part of the train step's state on
+    every backend, so `SpreadLossMarginScheduler` attaches this metric to
+    the model. It never updates or resets (the margin is not a running
+    statistic); its result is the margin, so it shows in the training logs.
+    """
+
+    def __init__(self, margin, name="margin"):
+        super().__init__(name=name, dtype="float32")
+        self.margin = self.add_variable(
+            shape=(), initializer=keras.initializers.Constant(margin), name="margin"
+        )
+
+    def update_state(self, *args, **kwargs):
+        pass
+
+    def reset_state(self):
+        pass
+
+    def result(self):
+        return ops.convert_to_tensor(self.margin)
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class SpreadLoss(keras.losses.Loss):
+    """Spread loss of matrix capsules (Hinton, Sabour & Frosst, 2018), eq. 3.
+
+    For one-hot labels (target class `t`) and class activations `a`:
+
+    ```
+    L = sum_{i != t} relu(margin - (a_t - a_i))^2
+    ```
+
+    then the usual Keras batch `reduction`. Computed in float32. The
+    margin is a non-trainable variable (`loss.margin`);
+    `keras_capsules.callbacks.SpreadLossMarginScheduler` raises it during
+    training (the paper: from 0.2 to 0.9). Assign it through that callback
+    during `fit`: it also makes the margin part of the compiled train
+    step's state, which a plain assignment does not on JAX.
+
+    Args:
+        margin: the initial margin, `> 0`.
+
+    Example:
+
+    >>> loss = keras_capsules.losses.SpreadLoss(margin=0.2)
+    >>> model.compile(optimizer="adam", loss=loss)  # y_pred: class activations
+
+    Reference: Hinton, Sabour & Frosst, "Matrix capsules with EM routing",
+    ICLR 2018.
+    """
+
+    def __init__(
+        self, margin=0.2, name="spread_loss", reduction="sum_over_batch_size", dtype=None
+    ):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.margin_state = _MarginState(positive_float(margin, "margin"))
+
+    @property
+    def margin(self):
+        """The margin variable (non-trainable, float32)."""
+        return self.margin_state.margin
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "float32")
+        activations = ops.cast(y_pred, "float32")
+        target = ops.sum(y_true * activations, axis=-1, keepdims=True)
+        margin = ops.cast(self.margin, "float32")
+        spread = ops.square(ops.relu(margin - (target - activations)))
+        return ops.sum((1.0 - y_true) * spread, axis=-1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(margin=float(ops.convert_to_numpy(self.margin)))
         return config

@@ -16,6 +16,7 @@ ROUTERS = {
     "sparse-attention-top2": lambda: kc.routing.SparseAttentionRouting(top_k=2),
     "inverted-dot-product": lambda: kc.routing.InvertedDotProductRouting(),
     "self-routing": lambda: kc.routing.SelfRouting(),
+    "em": lambda: kc.routing.EMRouting(iterations=2),
 }
 
 

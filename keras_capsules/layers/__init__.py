@@ -7,3 +7,9 @@ from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.layers.capsule_attention import CapsuleAttention
 from keras_capsules.layers.capsule_pruning import CapsulePruning
 from keras_capsules.layers.orthogonal import householder_orthogonal
+from keras_capsules.layers.conv_capsule import ConvCapsule1D, ConvCapsule2D
+from keras_capsules.layers.matrix_capsule import (
+    ClassMatrixCapsule,
+    ConvMatrixCapsule,
+    PrimaryMatrixCapsule,
+)

@@ -6,3 +6,4 @@ from keras_capsules.routing.self_attention import SelfAttentionRouting
 from keras_capsules.routing.sparse_attention import SparseAttentionRouting
 from keras_capsules.routing.inverted_dot_product import InvertedDotProductRouting
 from keras_capsules.routing.self_routing import SelfRouting
+from keras_capsules.routing.em import EMRouting

@@ -1,0 +1,76 @@
+"""Training callbacks for capsule networks."""
+
+import keras
+
+from keras_capsules.losses import SpreadLoss
+from keras_capsules.validation import positive_int
+
+
+class SpreadLossMarginScheduler(keras.callbacks.Callback):
+    """Raises the margin of a `SpreadLoss` linearly, once per training step.
+
+    Before training step `t` (the optimizer's iteration count, so it
+    continues across `fit` calls):
+
+    ```
+    margin = start + (end - start) * min(t / steps, 1)
+    ```
+
+    The paper starts the margin at 0.2 and raises it to 0.9, so that
+    early training is not dominated by dead capsules. The callback attaches
+    the loss's margin to the model's metric state, which the compiled
+    train step (`jit_compile=True` on TensorFlow and JAX) reads on every
+    step: a loss's own variables are constants inside a jitted JAX step.
+    The margin then also appears in the training logs as `margin`. With
+    `steps_per_execution > 1` it changes once per execution.
+
+    Args:
+        loss: the `keras_capsules.losses.SpreadLoss` given to `compile`.
+        start: the margin at step 0.
+        end: the margin from step `steps` on.
+        steps: number of training steps of the ramp, `>= 1`.
+
+    Example:
+
+    >>> loss = keras_capsules.losses.SpreadLoss()
+    >>> model.compile(optimizer="adam", loss=loss)
+    >>> scheduler = keras_capsules.callbacks.SpreadLossMarginScheduler(
+    ...     loss, start=0.2, end=0.9, steps=10 * steps_per_epoch)
+    >>> model.fit(x, y, epochs=10, callbacks=[scheduler])
+
+    Reference: Hinton, Sabour & Frosst, "Matrix capsules with EM routing",
+    ICLR 2018 (section 3).
+    """
+
+    def __init__(self, loss, start=0.2, end=0.9, steps=1):
+        super().__init__()
+        if not isinstance(loss, SpreadLoss):
+            raise ValueError(
+                "`loss` must be a keras_capsules.losses.SpreadLoss. "
+                f"Received: loss={loss!r}"
+            )
+        for name, value in (("start", start), ("end", end)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"`{name}` must be a number. Received: {name}={value!r}")
+        self.loss = loss
+        self.start = float(start)
+        self.end = float(end)
+        self.steps = positive_int(steps, "steps")
+
+    def margin_at(self, step):
+        """The margin before training step `step`."""
+        return self.start + (self.end - self.start) * min(step / self.steps, 1.0)
+
+    def on_train_begin(self, logs=None):
+        model = self.model
+        state = self.loss.margin_state
+        # A metric of the model is part of the compiled step's state; Keras
+        # has no public hook to add one to a built model.
+        if not any(m is state for m in model.metrics):
+            model._metrics.append(state)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        # Reading `self.model` first syncs the JAX training state, so that the
+        # next step reads the variables again, the new margin included.
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        self.loss.margin.assign(self.margin_at(step))

@@ -1,0 +1,272 @@
+"""Convolutional capsule layers: routing restricted to local windows."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_capsules.layers.capsule import deserialize_router, split_capsule_inputs
+from keras_capsules.layers.windows import check_grid, extract_windows
+from keras_capsules.validation import int_tuple, one_of, positive_int
+
+
+class WindowedCapsule(keras.layers.Layer):
+    """Base of capsule layers that route inside sliding windows of a grid.
+
+    Subclasses set `rank` (number of grid axes) and implement
+    `_kernel_shape(types, in_dim)` and `_votes(windows)`, which maps
+    `(n, K, types, in_dim)` window poses (`n = batch * windows`, `K` kernel
+    offsets) to votes `(n, K * types, num_capsules, out_dim)`. This class
+    extracts the windows, folds their positions into the batch axis, runs
+    the router once on all of them and unfolds the result.
+    """
+
+    rank = 2
+
+    def __init__(self, num_capsules, kernel_size, strides, padding, router, **kwargs):
+        super().__init__(**kwargs)
+        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        self.kernel_size = int_tuple(kernel_size, self.rank, "kernel_size")
+        self.strides = int_tuple(strides, self.rank, "strides")
+        self.padding = one_of(padding, ("valid", "same"), "padding")
+        self.router = router
+
+    # Grid helpers -------------------------------------------------------
+
+    def _grid_shapes(self, input_shape):
+        """-> (poses_shape, activations_shape or None), shapes as tuples."""
+        poses_shape, activations_shape = split_capsule_inputs(input_shape)
+        poses_shape = tuple(poses_shape)
+        if len(poses_shape) != self.rank + 3:
+            raise ValueError(
+                f"{self.__class__.__name__} expects poses of shape (batch, "
+                f"{'grid axes, ' * self.rank}types, dim). "
+                f"Received: poses.shape={poses_shape}"
+            )
+        if poses_shape[-1] is None or poses_shape[-2] is None:
+            raise ValueError(
+                f"{self.__class__.__name__} needs known capsule types and dim. "
+                f"Received: poses.shape={poses_shape}"
+            )
+        if activations_shape is not None:
+            activations_shape = tuple(activations_shape)
+            if activations_shape[1:] != poses_shape[1:-1]:
+                raise ValueError(
+                    f"{self.__class__.__name__} expects activations of shape "
+                    f"{(None, *poses_shape[1:-1])}. "
+                    f"Received: activations.shape={activations_shape}"
+                )
+        return poses_shape, activations_shape
+
+    def _votes_shape(self, types, out_dim):
+        k = math.prod(self.kernel_size)
+        return (None, k * types, self.num_capsules, out_dim)
+
+    def build(self, input_shape):
+        poses_shape, activations_shape = self._grid_shapes(input_shape)
+        self._out_grid = check_grid(
+            self.__class__.__name__, poses_shape[1:-2], self.kernel_size,
+            self.strides, self.padding,
+        )
+        types, in_dim = poses_shape[-2:]
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=self._kernel_shape(types, in_dim),
+            initializer=self.kernel_initializer,
+        )
+        votes_shape = self._votes_shape(types, self._out_dim(in_dim))
+        # A router restored from a config arrives built (its build config
+        # travels with it); building it twice would add its weights twice.
+        if not self.router.built:
+            self.router.build(
+                votes_shape, None if activations_shape is None else votes_shape[:2]
+            )
+
+    def _route_windows(self, poses, activations):
+        """Windowed routing: `(poses, activations)` of the parent grid."""
+        types, in_dim = poses.shape[-2:]
+        k = math.prod(self.kernel_size)
+        windows = extract_windows(poses, self.kernel_size, self.strides, self.padding)
+        windows = ops.reshape(windows, (-1, k, types, in_dim))
+        votes = self._votes(windows)
+        if activations is not None:
+            activations = extract_windows(
+                activations, self.kernel_size, self.strides, self.padding
+            )
+            activations = ops.reshape(activations, (-1, k * types))
+        parent_poses, parent_activations = self.router(votes, activations)
+        grid = (-1, *self._out_grid, self.num_capsules)
+        return (
+            ops.reshape(parent_poses, (*grid, parent_poses.shape[-1])),
+            ops.reshape(parent_activations, grid),
+        )
+
+    def _output_shapes(self, input_shape):
+        poses_shape, _ = self._grid_shapes(input_shape)
+        out_grid = check_grid(
+            self.__class__.__name__, poses_shape[1:-2], self.kernel_size,
+            self.strides, self.padding,
+        )
+        grid = (poses_shape[0], *out_grid, self.num_capsules)
+        return (*grid, self._out_dim(poses_shape[-1])), grid
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_capsules=self.num_capsules,
+            kernel_size=self.kernel_size,
+            strides=self.strides,
+            padding=self.padding,
+            router=keras.saving.serialize_keras_object(self.router),
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+        )
+        return config
+
+
+class ConvCapsule(WindowedCapsule):
+    """Shared code of ConvCapsule1D and ConvCapsule2D (see ConvCapsule2D)."""
+
+    def __init__(
+        self,
+        num_capsules,
+        capsule_dim,
+        kernel_size=3,
+        strides=1,
+        padding="valid",
+        router=None,
+        kernel_initializer="glorot_uniform",
+        return_activations=False,
+        **kwargs,
+    ):
+        super().__init__(
+            num_capsules, kernel_size, strides, padding, deserialize_router(router), **kwargs
+        )
+        self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.return_activations = bool(return_activations)
+
+    def _kernel_shape(self, types, in_dim):
+        return (*self.kernel_size, types, self.num_capsules, in_dim, self.capsule_dim)
+
+    def _out_dim(self, in_dim):
+        return self.capsule_dim
+
+    def _votes(self, windows):
+        k, types = windows.shape[1:3]
+        kernel = ops.reshape(self.kernel, (k, *self.kernel.shape[self.rank :]))
+        votes = ops.einsum("nktd,ktjde->nktje", windows, kernel)
+        return ops.reshape(votes, (-1, k * types, self.num_capsules, self.capsule_dim))
+
+    def call(self, inputs):
+        poses, activations = split_capsule_inputs(inputs)
+        poses, activations = self._to_grid(poses, activations)
+        outputs = self._route_windows(poses, activations)
+        return outputs if self.return_activations else outputs[0]
+
+    def _to_grid(self, poses, activations):
+        return poses, activations
+
+    def compute_output_shape(self, input_shape):
+        poses, activations = self._output_shapes(input_shape)
+        return (poses, activations) if self.return_activations else poses
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(capsule_dim=self.capsule_dim, return_activations=self.return_activations)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class ConvCapsule2D(ConvCapsule):
+    """Convolutional capsules: routing inside each `k x k` window of a grid.
+
+    Input poses `(batch, H, W, types, in_dim)` (optionally `[poses,
+    activations]`, activations `(batch, H, W, types)`, passed to the
+    router). For the output position `p` with window children
+    `u[b, p * s + o, t]` (kernel offset `o`, child type `t`):
+
+    ```
+    votes[b, p, (o, t), j, :] = u[b, p * s + o, t, :] @ W[o, t, j]
+    poses[b, p], activations[b, p] = router(votes[b, p], a[b, p * s + o, t])
+    ```
+
+    `W: (kh, kw, types, num_capsules, in_dim, capsule_dim)`, one transform
+    per (kernel offset, child type, parent type). The router runs inside
+    each window: the `kh * kw * types` children of a window compete only
+    among the `num_capsules` parents of that window. Window positions are
+    folded into the batch axis, so the router runs once for all windows.
+    `padding="same"` pads with zero capsules (zero activations).
+
+    Output: poses `(batch, H', W', num_capsules, capsule_dim)` (`H', W'` as
+    for a convolution), or `(poses, activations)` with
+    `return_activations=True`.
+
+    Args:
+        num_capsules: parent capsule types per position.
+        capsule_dim: dimension of each parent capsule.
+        kernel_size, strides: int or pair.
+        padding: `"valid"` or `"same"`.
+        router: a `keras_capsules.routing.Router`; default `DynamicRouting()`.
+        kernel_initializer: initializer of `W`.
+        return_activations: also return the parent activations.
+
+    Example:
+
+    >>> u = keras.Input((8, 8, 4, 8))
+    >>> keras_capsules.layers.ConvCapsule2D(6, 8, 3, strides=2)(u).shape
+    (None, 3, 3, 6, 8)
+
+    References: LaLonde & Bagci, "Capsules for Object Segmentation"
+    (SegCaps, 2018), locally-constrained routing; Hinton, Sabour & Frosst,
+    "Matrix capsules with EM routing", ICLR 2018, convolutional capsules.
+    """
+
+    rank = 2
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class ConvCapsule1D(ConvCapsule):
+    """Windowed routing over a capsule sequence (1-D convolutional capsules).
+
+    As `ConvCapsule2D` with one grid axis: input poses `(batch, L, types,
+    in_dim)`, or a plain capsule sequence `(batch, N, in_dim)` (one type);
+    activations `(batch, L, types)` (or `(batch, N)`). The children of each
+    window of `kernel_size` positions (`window_size`), moved by `strides`,
+    vote with `W: (kernel_size, types, num_capsules, in_dim, capsule_dim)`
+    and route among the window's parents:
+
+    ```
+    votes[b, p, (o, t), j, :] = u[b, p * s + o, t, :] @ W[o, t, j]
+    ```
+
+    Output poses `(batch, L', num_capsules, capsule_dim)`.
+
+    Example:
+
+    >>> u = keras.Input((10, 8))        # 10 capsules of 8D in sequence
+    >>> keras_capsules.layers.ConvCapsule1D(4, 6, 3, strides=2)(u).shape
+    (None, 4, 4, 6)
+
+    Reference: LaLonde & Bagci, "Capsules for Object Segmentation", 2018
+    (locally-constrained routing), here on one axis.
+    """
+
+    rank = 1
+
+    def _grid_shapes(self, input_shape):
+        poses_shape, activations_shape = split_capsule_inputs(input_shape)
+        if len(poses_shape) == 3:  # (batch, N, dim): one capsule type
+            poses_shape = (*poses_shape[:2], 1, poses_shape[2])
+            if activations_shape is not None:
+                activations_shape = (*tuple(activations_shape), 1)
+            input_shape = poses_shape if activations_shape is None else [
+                poses_shape, activations_shape
+            ]
+        return super()._grid_shapes(input_shape)
+
+    def _to_grid(self, poses, activations):
+        if len(poses.shape) == 3:
+            poses = ops.expand_dims(poses, 2)
+            if activations is not None:
+                activations = ops.expand_dims(activations, 2)
+        return poses, activations

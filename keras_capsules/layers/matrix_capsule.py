@@ -1,0 +1,327 @@
+"""Matrix capsules (Hinton, Sabour & Frosst, 2018): 4x4 poses and activations."""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_capsules.layers.capsule import deserialize_router
+from keras_capsules.layers.conv_capsule import WindowedCapsule
+from keras_capsules.layers.windows import window_output_size
+from keras_capsules.routing.em import EMRouting
+from keras_capsules.validation import int_tuple, one_of, positive_int
+
+POSE_SIZE = 16  # a 4x4 pose matrix, stored row-major
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class PrimaryMatrixCapsule(keras.layers.Layer):
+    """Primary matrix capsules: a pose conv and an activation conv.
+
+    ```
+    poses       = reshape(conv2d(x, W_pose) + b_pose, (batch, H', W', n, prod(pose_shape)))
+    activations = sigmoid(conv2d(x, W_act) + b_act)          # (batch, H', W', n)
+    ```
+
+    Returns `[poses, activations]`. `ConvMatrixCapsule` and
+    `ClassMatrixCapsule` take 4x4 poses (the default `pose_shape`).
+
+    Args:
+        num_capsules: capsule types per position (32 in the paper).
+        kernel_size, strides: int or pair (1 and 1 in the paper).
+        padding: `"valid"` or `"same"`.
+        pose_shape: the pose matrix shape, `(4, 4)`.
+        kernel_initializer, bias_initializer: initializers of both convs.
+
+    Example:
+
+    >>> x = keras.Input((14, 14, 32))
+    >>> poses, activations = keras_capsules.layers.PrimaryMatrixCapsule(8)(x)
+    >>> poses.shape, activations.shape
+    ((None, 14, 14, 8, 16), (None, 14, 14, 8))
+
+    Reference: Hinton, Sabour & Frosst, "Matrix capsules with EM routing",
+    ICLR 2018.
+    """
+
+    def __init__(
+        self,
+        num_capsules,
+        kernel_size=1,
+        strides=1,
+        padding="valid",
+        pose_shape=(4, 4),
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        self.kernel_size = int_tuple(kernel_size, 2, "kernel_size")
+        self.strides = int_tuple(strides, 2, "strides")
+        self.padding = one_of(padding, ("valid", "same"), "padding")
+        self.pose_shape = int_tuple(pose_shape, 2, "pose_shape")
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+
+    def build(self, input_shape):
+        if len(input_shape) != 4 or input_shape[-1] is None:
+            raise ValueError(
+                "PrimaryMatrixCapsule expects images of shape (batch, height, "
+                f"width, channels). Received: input_shape={tuple(input_shape)}"
+            )
+        if any(n is not None and n < 1 for n in self._output_grid(input_shape)):
+            raise ValueError(
+                f"PrimaryMatrixCapsule: `kernel_size={self.kernel_size}` is larger "
+                f"than the input grid {tuple(input_shape[1:3])} with padding='valid'."
+            )
+        pose_filters = self.num_capsules * math.prod(self.pose_shape)
+        for name, filters in (("pose", pose_filters), ("activation", self.num_capsules)):
+            setattr(self, f"{name}_kernel", self.add_weight(
+                name=f"{name}_kernel",
+                shape=(*self.kernel_size, input_shape[-1], filters),
+                initializer=self.kernel_initializer,
+            ))
+            setattr(self, f"{name}_bias", self.add_weight(
+                name=f"{name}_bias", shape=(filters,), initializer=self.bias_initializer
+            ))
+
+    def call(self, inputs):
+        def conv(kernel, bias):
+            return ops.conv(inputs, kernel, strides=self.strides, padding=self.padding) + bias
+
+        poses = conv(self.pose_kernel, self.pose_bias)
+        grid = (-1, *poses.shape[1:3], self.num_capsules)
+        poses = ops.reshape(poses, (*grid, math.prod(self.pose_shape)))
+        activations = ops.sigmoid(conv(self.activation_kernel, self.activation_bias))
+        return [poses, activations]
+
+    def _output_grid(self, input_shape):
+        return [
+            window_output_size(n, k, s, self.padding)
+            for n, k, s in zip(input_shape[1:3], self.kernel_size, self.strides)
+        ]
+
+    def compute_output_shape(self, input_shape):
+        grid = (input_shape[0], *self._output_grid(input_shape), self.num_capsules)
+        return [(*grid, math.prod(self.pose_shape)), grid]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_capsules=self.num_capsules,
+            kernel_size=self.kernel_size,
+            strides=self.strides,
+            padding=self.padding,
+            pose_shape=self.pose_shape,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+        )
+        return config
+
+
+def check_matrix_inputs(layer_name, input_shape):
+    """`[poses (batch, H, W, types, 16), activations (batch, H, W, types)]`."""
+    if not (isinstance(input_shape, (list, tuple)) and len(input_shape) == 2
+            and isinstance(input_shape[0], (list, tuple))):
+        raise ValueError(
+            f"{layer_name} expects [poses, activations]. Received: input_shape={input_shape}"
+        )
+    poses_shape, activations_shape = (tuple(s) for s in input_shape)
+    if len(poses_shape) != 5 or poses_shape[-1] != POSE_SIZE:
+        raise ValueError(
+            f"{layer_name} expects poses of shape (batch, H, W, types, 16) "
+            f"(4x4 pose matrices). Received: poses.shape={poses_shape}"
+        )
+    if activations_shape[1:] != poses_shape[1:-1]:
+        raise ValueError(
+            f"{layer_name} expects activations of shape {(None, *poses_shape[1:-1])}. "
+            f"Received: activations.shape={activations_shape}"
+        )
+    return poses_shape, activations_shape
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class ConvMatrixCapsule(WindowedCapsule):
+    """Convolutional matrix capsules with routing inside each window.
+
+    For output position `p`, each child of its `k x k` window (kernel
+    offset `o`, child type `t`, 4x4 pose `M`) votes for each parent type `j`
+    with its pose times a learned 4x4 transform:
+
+    ```
+    votes[b, p, (o, t), j] = M[b, p * s + o, t] @ W[o, t, j]     # 4x4, row-major
+    poses[b, p], activations[b, p] = router(votes[b, p], a[b, p * s + o, t])
+    ```
+
+    The router (default `EMRouting()`) runs inside each window: its
+    `k * k * types` children compete only among that window's parents
+    (window positions are folded into the batch axis). Takes and returns
+    `[poses (batch, H, W, types, 16), activations (batch, H, W, types)]`.
+
+    Args:
+        num_capsules: parent capsule types per position.
+        kernel_size, strides: int or pair.
+        padding: `"valid"` (the paper) or `"same"`.
+        router: a `keras_capsules.routing.Router`; default `EMRouting()`.
+        kernel_initializer: initializer of `W`, shape `(kh, kw, types,
+            num_capsules, 4, 4)`.
+
+    Example:
+
+    >>> poses, activations = keras.Input((14, 14, 32, 16)), keras.Input((14, 14, 32))
+    >>> layer = keras_capsules.layers.ConvMatrixCapsule(32, 3, strides=2)
+    >>> [t.shape for t in layer([poses, activations])]
+    [(None, 6, 6, 32, 16), (None, 6, 6, 32)]
+
+    Reference: Hinton, Sabour & Frosst, "Matrix capsules with EM routing",
+    ICLR 2018.
+    """
+
+    rank = 2
+
+    def __init__(
+        self,
+        num_capsules,
+        kernel_size=3,
+        strides=1,
+        padding="valid",
+        router=None,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        router = EMRouting() if router is None else deserialize_router(router)
+        super().__init__(num_capsules, kernel_size, strides, padding, router, **kwargs)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    def _grid_shapes(self, input_shape):
+        return check_matrix_inputs(self.__class__.__name__, input_shape)
+
+    def _kernel_shape(self, types, in_dim):
+        return (*self.kernel_size, types, self.num_capsules, 4, 4)
+
+    def _out_dim(self, in_dim):
+        return POSE_SIZE
+
+    def _votes(self, windows):
+        k, types = windows.shape[1:3]
+        matrices = ops.reshape(windows, (-1, k, types, 4, 4))
+        kernel = ops.reshape(self.kernel, (k, types, self.num_capsules, 4, 4))
+        votes = ops.einsum("nktxy,ktjyz->nktjxz", matrices, kernel)
+        return ops.reshape(votes, (-1, k * types, self.num_capsules, POSE_SIZE))
+
+    def call(self, inputs):
+        poses, activations = inputs
+        return list(self._route_windows(poses, activations))
+
+    def compute_output_shape(self, input_shape):
+        return list(self._output_shapes(input_shape))
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class ClassMatrixCapsule(keras.layers.Layer):
+    """Class capsules: every child of the grid votes for every class.
+
+    One 4x4 transform per (child type, class), shared over positions. With
+    coordinate addition, the scaled centre of the child's position is
+    added to the first two entries of the right-hand column of its vote
+    (elements 3 and 7 of the row-major 4x4 vote):
+
+    ```
+    votes[b, (h, w, t), c] = M[b, h, w, t] @ W[t, c]                 # 4x4
+    votes[..., 3] += (h + 0.5) / H;  votes[..., 7] += (w + 0.5) / W
+    poses, activations = router(votes, a[b, (h, w, t)])
+    ```
+
+    Takes `[poses (batch, H, W, types, 16), activations (batch, H, W,
+    types)]`; returns `[poses (batch, num_classes, 16), activations (batch,
+    num_classes)]`. Default router: `EMRouting()`.
+
+    Args:
+        num_classes: number of class capsules.
+        router: a `keras_capsules.routing.Router`; default `EMRouting()`.
+        coordinate_addition: add the scaled child coordinates to the votes.
+        kernel_initializer: initializer of `W`, shape `(types, num_classes,
+            4, 4)`.
+
+    Example:
+
+    >>> poses, activations = keras.Input((4, 4, 16, 16)), keras.Input((4, 4, 16))
+    >>> layer = keras_capsules.layers.ClassMatrixCapsule(5)
+    >>> [t.shape for t in layer([poses, activations])]
+    [(None, 5, 16), (None, 5)]
+
+    Reference: Hinton, Sabour & Frosst, "Matrix capsules with EM routing",
+    ICLR 2018 (coordinate addition, section 2.1: the paper adds the scaled
+    coordinates to the first two elements of the vote's right-hand column;
+    the centre `(row + 0.5) / H` follows this library's issue 3).
+    """
+
+    def __init__(
+        self,
+        num_classes,
+        router=None,
+        coordinate_addition=True,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_classes = positive_int(num_classes, "num_classes")
+        self.router = EMRouting() if router is None else deserialize_router(router)
+        self.coordinate_addition = bool(coordinate_addition)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    def build(self, input_shape):
+        poses_shape, _ = check_matrix_inputs(self.__class__.__name__, input_shape)
+        if any(n is None for n in poses_shape[1:4]):
+            raise ValueError(
+                "ClassMatrixCapsule needs a known grid and types. "
+                f"Received: poses.shape={poses_shape}"
+            )
+        height, width, types = poses_shape[1:4]
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(types, self.num_classes, 4, 4),
+            initializer=self.kernel_initializer,
+        )
+        in_caps = height * width * types
+        if not self.router.built:  # see WindowedCapsule.build
+            self.router.build((None, in_caps, self.num_classes, POSE_SIZE), (None, in_caps))
+
+    def call(self, inputs):
+        poses, activations = inputs
+        height, width, types = poses.shape[1:4]
+        matrices = ops.reshape(poses, (-1, height, width, types, 4, 4))
+        votes = ops.einsum("bhwtxy,tcyz->bhwtcxz", matrices, self.kernel)
+        votes = ops.reshape(votes, (-1, height, width, types, self.num_classes, POSE_SIZE))
+        if self.coordinate_addition:
+            votes = votes + ops.convert_to_tensor(
+                coordinate_offsets(height, width), dtype=votes.dtype
+            )
+        votes = ops.reshape(votes, (-1, height * width * types, self.num_classes, POSE_SIZE))
+        activations = ops.reshape(activations, (-1, height * width * types))
+        return list(self.router(votes, activations))
+
+    def compute_output_shape(self, input_shape):
+        poses_shape, _ = check_matrix_inputs(self.__class__.__name__, input_shape)
+        batch = poses_shape[0]
+        return [(batch, self.num_classes, POSE_SIZE), (batch, self.num_classes)]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_classes=self.num_classes,
+            router=keras.saving.serialize_keras_object(self.router),
+            coordinate_addition=self.coordinate_addition,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+        )
+        return config
+
+
+def coordinate_offsets(height, width):
+    """`(H, W, 1, 1, 16)` array: scaled centres at vote elements 3 and 7."""
+    offsets = np.zeros((height, width, 1, 1, POSE_SIZE), "float32")
+    offsets[..., 3] = ((np.arange(height) + 0.5) / height)[:, None, None, None]
+    offsets[..., 7] = ((np.arange(width) + 0.5) / width)[None, :, None, None]
+    return offsets

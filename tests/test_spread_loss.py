@@ -1,0 +1,83 @@
+"""SpreadLoss against its formula; the margin scheduler inside compiled fits."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_capsules.callbacks import SpreadLossMarginScheduler
+from keras_capsules.losses import SpreadLoss
+from tests.conftest import jit_compile_for_backend
+
+
+def _reference(y, a, margin):
+    target = (y * a).sum(-1, keepdims=True)
+    return ((1 - y) * np.maximum(0, margin - (target - a)) ** 2).sum(-1).mean()
+
+
+@pytest.mark.parametrize("margin", (0.2, 0.9))
+def test_values(margin):
+    rng = np.random.default_rng(0)
+    y = np.eye(5)[rng.integers(0, 5, size=8)]
+    a = rng.uniform(size=(8, 5))
+    loss = SpreadLoss(margin=margin)(y, a.astype("float32"))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loss), _reference(y, a, margin),
+                               rtol=1e-5)
+
+
+def test_margin_is_a_non_trainable_variable_and_config_round_trips():
+    loss = SpreadLoss(margin=0.3)
+    assert isinstance(loss.margin, keras.Variable) and not loss.margin.trainable
+    y, a = np.eye(3)[[0, 2]], np.array([[0.5, 0.4, 0.1], [0.9, 0.1, 0.7]], "float32")
+    loss.margin.assign(0.6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loss(y, a)), _reference(y, a, 0.6),
+                               rtol=1e-5)
+    restored = SpreadLoss.from_config(loss.get_config())
+    assert restored.get_config() == loss.get_config()
+    assert float(keras.ops.convert_to_numpy(restored.margin)) == pytest.approx(0.6)
+    assert keras.saving.get_registered_name(SpreadLoss) == "keras_capsules>SpreadLoss"
+
+
+class _RecordLoss(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.losses = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.losses.append(float(logs["loss"]))
+
+
+def test_scheduler_changes_the_loss_inside_the_compiled_train_step():
+    """A zero-weight model: the loss of each step is exactly a function of
+    the margin that step used, so a margin frozen into the compiled step
+    (what happens to a loss variable under JAX) is caught."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3, kernel_initializer="zeros")])
+    loss = SpreadLoss()
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=loss,
+                  jit_compile=jit_compile_for_backend())
+    x = np.zeros((8, 2), "float32")
+    y = np.eye(3, dtype="float32")[[0, 1, 2, 0, 1, 2, 0, 1]]
+    scheduler = SpreadLossMarginScheduler(loss, start=0.2, end=0.8, steps=2)
+    record = _RecordLoss()
+    history = model.fit(x, y, batch_size=2, epochs=2, verbose=0, callbacks=[scheduler, record])
+    # Activations are all 0, so each step's loss is 2 * margin^2; logs hold
+    # the running mean over the epoch.
+    margins = [0.2, 0.5, 0.8, 0.8] + [0.8] * 4
+    per_step = [2 * m * m for m in margins]
+    expected = [np.mean(per_step[e * 4 : e * 4 + i + 1]) for e in range(2) for i in range(4)]
+    np.testing.assert_allclose(record.losses, expected, rtol=1e-5)
+    assert history.history["margin"] == pytest.approx([0.8, 0.8])
+    assert float(keras.ops.convert_to_numpy(loss.margin)) == pytest.approx(0.8)
+
+
+def test_scheduler_margins_and_errors():
+    scheduler = SpreadLossMarginScheduler(SpreadLoss(), start=0.2, end=0.9, steps=7)
+    assert scheduler.margin_at(0) == pytest.approx(0.2)
+    assert scheduler.margin_at(7) == pytest.approx(0.9)
+    assert scheduler.margin_at(100) == pytest.approx(0.9)
+    assert scheduler.margin_at(3.5) == pytest.approx(0.55)
+    with pytest.raises(ValueError, match="steps=0"):
+        SpreadLossMarginScheduler(SpreadLoss(), steps=0)
+    with pytest.raises(ValueError, match="loss="):
+        SpreadLossMarginScheduler("spread", steps=3)
+    with pytest.raises(ValueError, match="margin=0"):
+        SpreadLoss(margin=0)
