@@ -109,11 +109,8 @@ class Capsule(keras.layers.Layer):
         poses, activations = split_capsule_inputs(inputs)
         equation = "bid,jde->bije" if self.share_weights else "bid,ijde->bije"
         votes = ops.einsum(equation, poses, self.transforms())
-        poses, activations = self.router(votes, activations)
-        poses = ops.cast(poses, self.compute_dtype)
-        if self.return_activations:
-            return poses, ops.cast(activations, self.compute_dtype)
-        return poses
+        poses, activations = route(self, votes, activations)
+        return (poses, activations) if self.return_activations else poses
 
     def transforms(self):
         """The transforms `W`, `(in_caps, num_capsules, in_dim, capsule_dim)`
@@ -133,13 +130,21 @@ class Capsule(keras.layers.Layer):
         config.update(
             num_capsules=self.num_capsules,
             capsule_dim=self.capsule_dim,
-            router=keras.saving.serialize_keras_object(self.router),
+            router=serialize_router(self.router),
             share_weights=self.share_weights,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             return_activations=self.return_activations,
             orthogonal=self.orthogonal,
         )
         return config
+
+
+def route(layer, votes, activations):
+    """`layer.router(votes, activations)`, cast to the layer's compute dtype
+    (the router may have its own policy; it routes in float32 under mixed
+    precision either way)."""
+    poses, activations = layer.router(votes, activations)
+    return ops.cast(poses, layer.compute_dtype), ops.cast(activations, layer.compute_dtype)
 
 
 def split_capsule_inputs(inputs):
@@ -151,14 +156,21 @@ def split_capsule_inputs(inputs):
     return inputs, None
 
 
+def serialize_router(router):
+    """A router's config without its `build_config`: the capsule layer that
+    owns the router builds it, with the votes shape it computes."""
+    config = keras.saving.serialize_keras_object(router)
+    config.pop("build_config", None)
+    return config
+
+
 def deserialize_router(router, dtype=None):
     """`None` -> `DynamicRouting(dtype=dtype)`; a config dict -> its router;
     checks the type."""
     if router is None:
         return DynamicRouting(dtype=dtype)
     if isinstance(router, dict):
-        # Capsule.build builds the router; a router built from its saved
-        # build_config could not create its weights again.
+        # Files saved before serialize_router dropped it may carry one.
         router = {k: v for k, v in router.items() if k != "build_config"}
         router = keras.saving.deserialize_keras_object(router)
     if not isinstance(router, Router):

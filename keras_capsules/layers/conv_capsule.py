@@ -5,7 +5,12 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules.layers.capsule import deserialize_router, split_capsule_inputs
+from keras_capsules.layers.capsule import (
+    deserialize_router,
+    route,
+    serialize_router,
+    split_capsule_inputs,
+)
 from keras_capsules.layers.windows import check_grid, extract_windows
 from keras_capsules.validation import int_tuple, one_of, positive_int
 
@@ -94,7 +99,7 @@ class WindowedCapsule(keras.layers.Layer):
                 activations, self.kernel_size, self.strides, self.padding
             )
             activations = ops.reshape(activations, (-1, k * types))
-        parent_poses, parent_activations = self.router(votes, activations)
+        parent_poses, parent_activations = route(self, votes, activations)
         grid = (-1, *self._out_grid, self.num_capsules)
         return (
             ops.reshape(parent_poses, (*grid, parent_poses.shape[-1])),
@@ -117,7 +122,7 @@ class WindowedCapsule(keras.layers.Layer):
             kernel_size=self.kernel_size,
             strides=self.strides,
             padding=self.padding,
-            router=keras.saving.serialize_keras_object(self.router),
+            router=serialize_router(self.router),
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
         )
         return config

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_capsules.layers.capsule import deserialize_router
+from keras_capsules.layers.capsule import deserialize_router, route, serialize_router
 from keras_capsules.layers.conv_capsule import WindowedCapsule
 from keras_capsules.layers.windows import window_output_size
 from keras_capsules.routing.em import EMRouting
@@ -301,7 +301,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
             )
         votes = ops.reshape(votes, (-1, height * width * types, self.num_classes, POSE_SIZE))
         activations = ops.reshape(activations, (-1, height * width * types))
-        return list(self.router(votes, activations))
+        return list(route(self, votes, activations))
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = check_matrix_inputs(self.__class__.__name__, input_shape)
@@ -312,7 +312,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
         config = super().get_config()
         config.update(
             num_classes=self.num_classes,
-            router=keras.saving.serialize_keras_object(self.router),
+            router=serialize_router(self.router),
             coordinate_addition=self.coordinate_addition,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
         )

@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_capsules.layers.capsule import Capsule, deserialize_router
+from keras_capsules.layers.capsule import Capsule, deserialize_router, serialize_router
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.models.base import CapsuleClassifier
 
@@ -89,7 +89,7 @@ class CapsNet(CapsuleClassifier):
     def get_config(self):
         config = super().get_config()
         config.update(
-            router=keras.saving.serialize_keras_object(self.digit_capsules.router),
+            router=serialize_router(self.digit_capsules.router),
             conv_filters=self.conv_filters,
             primary_capsules=self.primary_capsules,
             primary_dim=self.primary_dim,

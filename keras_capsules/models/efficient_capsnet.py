@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers.capsule import Capsule, deserialize_router
+from keras_capsules.layers.capsule import Capsule, deserialize_router, serialize_router
 from keras_capsules.models.base import CapsuleClassifier
 from keras_capsules.ops import efficient_squash
 from keras_capsules.routing.self_attention import SelfAttentionRouting
@@ -166,5 +166,5 @@ class EfficientCapsNet(CapsuleClassifier):
 
     def get_config(self):
         config = super().get_config()
-        config.update(router=keras.saving.serialize_keras_object(self.digit_capsules.router))
+        config.update(router=serialize_router(self.digit_capsules.router))
         return config
