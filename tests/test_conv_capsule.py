@@ -127,3 +127,12 @@ class TestConvCapsule1D(LayerTestCase):
 def test_exported():
     assert keras_capsules.ConvCapsule2D is ConvCapsule2D
     assert keras_capsules.ConvCapsule1D is ConvCapsule1D
+
+
+def test_default_routers_follow_the_layer_policy():
+    from keras_capsules.layers import ClassMatrixCapsule, ConvCapsule2D, ConvMatrixCapsule
+
+    for layer in (ConvCapsule2D(2, 4, dtype="mixed_float16"),
+                  ConvMatrixCapsule(2, dtype="mixed_float16"),
+                  ClassMatrixCapsule(3, dtype="mixed_float16")):
+        assert layer.router.dtype_policy.name == "mixed_float16"

@@ -164,11 +164,11 @@ def serialize_router(router):
     return config
 
 
-def deserialize_router(router, dtype=None):
-    """`None` -> `DynamicRouting(dtype=dtype)`; a config dict -> its router;
-    checks the type."""
+def deserialize_router(router, dtype=None, default=DynamicRouting):
+    """`None` -> `default(dtype=dtype)` (the owning layer's policy); a config
+    dict -> its router; checks the type."""
     if router is None:
-        return DynamicRouting(dtype=dtype)
+        return default(dtype=dtype)
     if isinstance(router, dict):
         # Files saved before serialize_router dropped it may carry one.
         router = {k: v for k, v in router.items() if k != "build_config"}

@@ -12,6 +12,7 @@ from keras_capsules.layers.capsule import (
     split_capsule_inputs,
 )
 from keras_capsules.layers.windows import check_grid, extract_windows
+from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.validation import int_tuple, one_of, positive_int
 
 
@@ -28,13 +29,15 @@ class WindowedCapsule(keras.layers.Layer):
 
     rank = 2
 
-    def __init__(self, num_capsules, kernel_size, strides, padding, router, **kwargs):
+    def __init__(
+        self, num_capsules, kernel_size, strides, padding, router, default_router, **kwargs
+    ):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
         self.kernel_size = int_tuple(kernel_size, self.rank, "kernel_size")
         self.strides = int_tuple(strides, self.rank, "strides")
         self.padding = one_of(padding, ("valid", "same"), "padding")
-        self.router = router
+        self.router = deserialize_router(router, self.dtype_policy, default_router)
 
     # Grid helpers -------------------------------------------------------
 
@@ -144,7 +147,7 @@ class ConvCapsule(WindowedCapsule):
         **kwargs,
     ):
         super().__init__(
-            num_capsules, kernel_size, strides, padding, deserialize_router(router), **kwargs
+            num_capsules, kernel_size, strides, padding, router, DynamicRouting, **kwargs
         )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)

@@ -191,8 +191,7 @@ class ConvMatrixCapsule(WindowedCapsule):
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
-        router = EMRouting() if router is None else deserialize_router(router)
-        super().__init__(num_capsules, kernel_size, strides, padding, router, **kwargs)
+        super().__init__(num_capsules, kernel_size, strides, padding, router, EMRouting, **kwargs)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def _grid_shapes(self, input_shape):
@@ -268,7 +267,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.num_classes = positive_int(num_classes, "num_classes")
-        self.router = EMRouting() if router is None else deserialize_router(router)
+        self.router = deserialize_router(router, self.dtype_policy, EMRouting)
         self.coordinate_addition = bool(coordinate_addition)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
