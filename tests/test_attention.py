@@ -302,3 +302,31 @@ class TestOrthogonalCapsule(LayerTestCase):
         w = householder_orthogonal(keras.ops.cast(RNG.normal(size=(4, 4)), "float16"), 2, 4)
         assert keras.backend.standardize_dtype(w.dtype) == "float16"
         np.testing.assert_allclose(to_numpy(w) @ to_numpy(w).T, np.eye(2), atol=5e-3)
+
+
+class TestOrthogonalConvCapsule(LayerTestCase):
+    def test_layer(self):
+        from keras_capsules.layers import ConvCapsule2D
+
+        grid = RNG.normal(size=(2, 4, 4, 2, 3)).astype("float32")
+        self.run_layer_test(
+            ConvCapsule2D, {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 2,
+                            "strides": 2, "orthogonal": True},
+            grid, (2, 2, 2, 2, 4), run_mixed_precision_check=False,
+        )
+
+    def test_transforms_stay_orthonormal_while_training(self):
+        from keras_capsules.layers import ConvCapsule1D
+
+        layer = ConvCapsule1D(3, 4, kernel_size=3, orthogonal=True)
+        inputs = keras.Input((6, 2, 5))
+        model = keras.Model(inputs, layer(inputs))
+        model.compile(keras.optimizers.Adam(0.1), "mse", jit_compile=keras.backend.backend() == "jax")
+        before = to_numpy(layer.transforms())
+        model.fit(RNG.normal(size=(8, 6, 2, 5)).astype("float32"),
+                  RNG.normal(size=(8, 4, 3, 4)).astype("float32"), batch_size=4, epochs=2, verbose=0)
+        w = to_numpy(layer.transforms())
+        assert w.shape == (3, 2, 3, 5, 4)
+        assert np.max(np.abs(w - before)) > 1e-3
+        gram = np.swapaxes(w, -1, -2) @ w  # in_dim 5 > capsule_dim 4: orthonormal columns
+        np.testing.assert_allclose(gram, np.broadcast_to(np.eye(4), gram.shape), atol=1e-5)

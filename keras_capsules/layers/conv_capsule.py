@@ -11,6 +11,7 @@ from keras_capsules.layers.capsule import (
     serialize_router,
     split_capsule_inputs,
 )
+from keras_capsules.layers.orthogonal import householder_orthogonal
 from keras_capsules.layers.windows import check_grid, extract_windows
 from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.validation import int_tuple, one_of, positive_int
@@ -28,6 +29,7 @@ class WindowedCapsule(keras.layers.Layer):
     """
 
     rank = 2
+    _kernel_name = "kernel"
 
     def __init__(
         self, num_capsules, kernel_size, strides, padding, router, default_router, **kwargs
@@ -77,8 +79,9 @@ class WindowedCapsule(keras.layers.Layer):
             self.strides, self.padding,
         )
         types, in_dim = poses_shape[-2:]
+        self.in_dim = in_dim
         self.kernel = self.add_weight(
-            name="kernel",
+            name=self._kernel_name,
             shape=self._kernel_shape(types, in_dim),
             initializer=self.kernel_initializer,
         )
@@ -144,6 +147,7 @@ class ConvCapsule(WindowedCapsule):
         router=None,
         kernel_initializer="glorot_uniform",
         return_activations=False,
+        orthogonal=False,
         **kwargs,
     ):
         super().__init__(
@@ -152,16 +156,31 @@ class ConvCapsule(WindowedCapsule):
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.return_activations = bool(return_activations)
+        self.orthogonal = bool(orthogonal)
+        # With orthogonal=True the weight holds Householder vectors.
+        self._kernel_name = "householder" if self.orthogonal else "kernel"
 
     def _kernel_shape(self, types, in_dim):
+        if self.orthogonal:
+            n = max(in_dim, self.capsule_dim)
+            return (*self.kernel_size, types, self.num_capsules, n, n)
         return (*self.kernel_size, types, self.num_capsules, in_dim, self.capsule_dim)
+
+    def transforms(self):
+        """The transforms `W`, `(*kernel_size, types, num_capsules, in_dim,
+        capsule_dim)`; with `orthogonal=True` each is the top-left block of a
+        product of Householder reflections (see `Capsule`)."""
+        if self.orthogonal:
+            return householder_orthogonal(self.kernel, self.in_dim, self.capsule_dim)
+        return self.kernel
 
     def _out_dim(self, in_dim):
         return self.capsule_dim
 
     def _votes(self, windows):
         k, types = windows.shape[1:3]
-        kernel = ops.reshape(self.kernel, (k, *self.kernel.shape[self.rank :]))
+        transforms = self.transforms()
+        kernel = ops.reshape(transforms, (k, *transforms.shape[self.rank :]))
         votes = ops.einsum("nktd,ktjde->nktje", windows, kernel)
         return ops.reshape(votes, (-1, k * types, self.num_capsules, self.capsule_dim))
 
@@ -180,7 +199,11 @@ class ConvCapsule(WindowedCapsule):
 
     def get_config(self):
         config = super().get_config()
-        config.update(capsule_dim=self.capsule_dim, return_activations=self.return_activations)
+        config.update(
+            capsule_dim=self.capsule_dim,
+            return_activations=self.return_activations,
+            orthogonal=self.orthogonal,
+        )
         return config
 
 
@@ -217,6 +240,9 @@ class ConvCapsule2D(ConvCapsule):
         router: a `keras_capsules.routing.Router`; default `DynamicRouting()`.
         kernel_initializer: initializer of `W`.
         return_activations: also return the parent activations.
+        orthogonal: parametrise each transform as the top-left block of a
+            product of `max(in_dim, capsule_dim)` Householder reflections
+            (OrthCaps): rows (or columns) exactly orthonormal at every step.
 
     Example:
 

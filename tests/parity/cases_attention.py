@@ -304,3 +304,31 @@ for _share in (False, True):
             diff=("poses", "householder"),
         )
     )
+
+
+def _orthogonal_conv_inputs(rng):
+    return {"poses": rng.normal(size=(2, 4, 4, 2, 3)),
+            "householder": rng.normal(size=(2, 2, 2, 2, 4, 4))}
+
+
+register(
+    Case(
+        name="orthogonal-conv-capsule-2d",
+        inputs=_orthogonal_conv_inputs,
+        build=lambda: keras_capsules.layers.ConvCapsule2D(
+            2, 4, kernel_size=2, strides=2, orthogonal=True,
+            router=keras_capsules.routing.DynamicRouting(iterations=2)),
+        reference=lambda a: [ref_conv_capsule_orthogonal(a)],
+        forward=lambda layer, t: [stateless(layer, t, t["poses"])],
+        diff=("poses", "householder"),
+    )
+)
+
+
+def ref_conv_capsule_orthogonal(a):
+    from tests.reference.conv_capsule import conv_capsule
+    from tests.reference.dynamic import dynamic_routing
+
+    w = ref.householder_orthogonal(a["householder"], 3, 4)
+    return conv_capsule(a["poses"], w, (2, 2), (2, 2), "valid",
+                        lambda v, act: dynamic_routing(v, iterations=2))[0]
