@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_capsules.layers.capsule import deserialize_router, split_capsule_inputs
 from keras_capsules.layers.windows import check_grid, extract_windows
+from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.validation import int_tuple, one_of, positive_int
 
 
@@ -23,13 +24,17 @@ class WindowedCapsule(keras.layers.Layer):
 
     rank = 2
 
-    def __init__(self, num_capsules, kernel_size, strides, padding, router, **kwargs):
+    def __init__(self, num_capsules, kernel_size, strides, padding, router, default_router,
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
         self.kernel_size = int_tuple(kernel_size, self.rank, "kernel_size")
         self.strides = int_tuple(strides, self.rank, "strides")
         self.padding = one_of(padding, ("valid", "same"), "padding")
-        self.router = router
+        self.router = (
+            default_router(dtype=self.dtype_policy) if router is None
+            else deserialize_router(router)
+        )
 
     # Grid helpers -------------------------------------------------------
 
@@ -96,9 +101,11 @@ class WindowedCapsule(keras.layers.Layer):
             activations = ops.reshape(activations, (-1, k * types))
         parent_poses, parent_activations = self.router(votes, activations)
         grid = (-1, *self._out_grid, self.num_capsules)
+        # A router given by the user may run under another dtype policy.
         return (
-            ops.reshape(parent_poses, (*grid, parent_poses.shape[-1])),
-            ops.reshape(parent_activations, grid),
+            ops.cast(ops.reshape(parent_poses, (*grid, parent_poses.shape[-1])),
+                     self.compute_dtype),
+            ops.cast(ops.reshape(parent_activations, grid), self.compute_dtype),
         )
 
     def _output_shapes(self, input_shape):
@@ -117,7 +124,7 @@ class WindowedCapsule(keras.layers.Layer):
             kernel_size=self.kernel_size,
             strides=self.strides,
             padding=self.padding,
-            router=keras.saving.serialize_keras_object(self.router),
+            router=serialize_router(self.router),
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
         )
         return config
@@ -139,7 +146,7 @@ class ConvCapsule(WindowedCapsule):
         **kwargs,
     ):
         super().__init__(
-            num_capsules, kernel_size, strides, padding, deserialize_router(router), **kwargs
+            num_capsules, kernel_size, strides, padding, router, DynamicRouting, **kwargs
         )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -270,3 +277,10 @@ class ConvCapsule1D(ConvCapsule):
             if activations is not None:
                 activations = ops.expand_dims(activations, 2)
         return poses, activations
+
+
+def serialize_router(router):
+    """The router's config without its build config: `deserialize_router`
+    drops it, as the layer's build builds the router."""
+    config = keras.saving.serialize_keras_object(router)
+    return {k: v for k, v in config.items() if k != "build_config"}

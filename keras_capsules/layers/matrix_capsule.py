@@ -7,7 +7,7 @@ import numpy as np
 from keras import ops
 
 from keras_capsules.layers.capsule import deserialize_router
-from keras_capsules.layers.conv_capsule import WindowedCapsule
+from keras_capsules.layers.conv_capsule import WindowedCapsule, serialize_router
 from keras_capsules.layers.windows import window_output_size
 from keras_capsules.routing.em import EMRouting
 from keras_capsules.validation import int_tuple, one_of, positive_int
@@ -191,8 +191,9 @@ class ConvMatrixCapsule(WindowedCapsule):
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
-        router = EMRouting() if router is None else deserialize_router(router)
-        super().__init__(num_capsules, kernel_size, strides, padding, router, **kwargs)
+        super().__init__(
+            num_capsules, kernel_size, strides, padding, router, EMRouting, **kwargs
+        )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def _grid_shapes(self, input_shape):
@@ -268,7 +269,9 @@ class ClassMatrixCapsule(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.num_classes = positive_int(num_classes, "num_classes")
-        self.router = EMRouting() if router is None else deserialize_router(router)
+        self.router = (
+            EMRouting(dtype=self.dtype_policy) if router is None else deserialize_router(router)
+        )
         self.coordinate_addition = bool(coordinate_addition)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
@@ -301,7 +304,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
             )
         votes = ops.reshape(votes, (-1, height * width * types, self.num_classes, POSE_SIZE))
         activations = ops.reshape(activations, (-1, height * width * types))
-        return list(self.router(votes, activations))
+        # A router given by the user may run under another dtype policy.
+        return [ops.cast(t, self.compute_dtype) for t in self.router(votes, activations)]
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = check_matrix_inputs(self.__class__.__name__, input_shape)
@@ -312,7 +316,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
         config = super().get_config()
         config.update(
             num_classes=self.num_classes,
-            router=keras.saving.serialize_keras_object(self.router),
+            router=serialize_router(self.router),
             coordinate_addition=self.coordinate_addition,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
         )
