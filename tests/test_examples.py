@@ -35,7 +35,10 @@ def read_metrics(output_dir):
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_smoke_run_writes_every_output(name, tmp_path):
-    metrics = example(name).main(["--smoke", "--output-dir", str(tmp_path)])
+    # XLA-compiling the full-size models costs minutes on TF; every layer's
+    # XLA train step is covered by its own test.
+    jit = ["--jit-compile", "false"] if BACKEND == "tensorflow" else []
+    metrics = example(name).main(["--smoke", "--output-dir", str(tmp_path), *jit])
     for output in OUTPUTS:
         assert (tmp_path / output).stat().st_size > 0, output
     assert read_metrics(tmp_path) == json.loads(json.dumps(metrics))
@@ -67,6 +70,8 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 def test_distribute_on_two_virtual_cpu_devices(tmp_path):
     script = os.path.join(EXAMPLES, "mnist_efficient_capsnet.py")
     args = [script, "--smoke", "--distribute", "--output-dir", str(tmp_path)]
+    if BACKEND == "tensorflow":
+        args += ["--jit-compile", "false"]  # see test_smoke_run_writes_every_output
     if BACKEND == "jax":
         result = run_script(args, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
     else:
