@@ -1,6 +1,5 @@
 """Backend-specific timing helpers for benchmarks (not library code)."""
 
-import os
 import statistics
 import time
 
@@ -62,8 +61,3 @@ def random_tensor(shape, seed=0):
     return keras.ops.convert_to_tensor(
         np.random.default_rng(seed).normal(size=shape).astype("float32")
     )
-
-
-def set_threads():
-    """Prints the thread settings the numbers were measured with."""
-    return f"cores={os.cpu_count()}"
