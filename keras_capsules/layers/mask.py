@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules.layers.capsule import split_capsule_inputs
 from keras_capsules.ops import safe_norm
 
 
@@ -26,7 +27,7 @@ class Mask(keras.layers.Layer):
     """
 
     def build(self, input_shape):
-        poses_shape = input_shape[0] if _is_pair(input_shape) else input_shape
+        poses_shape, _ = split_capsule_inputs(input_shape)
         if len(poses_shape) != 3:
             raise ValueError(
                 "Mask expects poses of shape (batch, num_caps, dim). "
@@ -34,23 +35,17 @@ class Mask(keras.layers.Layer):
             )
 
     def call(self, inputs):
-        if _is_pair(inputs):
-            poses, labels = inputs
+        poses, labels = split_capsule_inputs(inputs)
+        if labels is not None:
             if len(labels.shape) == 1:
                 labels = ops.one_hot(ops.cast(labels, "int32"), poses.shape[1])
         else:
-            poses = inputs
             labels = ops.one_hot(ops.argmax(safe_norm(poses), axis=-1), poses.shape[1])
         masked = poses * ops.cast(labels, poses.dtype)[..., None]
         return ops.reshape(masked, (-1, poses.shape[1] * poses.shape[2]))
 
     def compute_output_shape(self, input_shape):
-        poses_shape = input_shape[0] if _is_pair(input_shape) else input_shape
+        poses_shape, _ = split_capsule_inputs(input_shape)
         batch, num_caps, dim = poses_shape
         return (batch, None if num_caps is None else num_caps * dim)
 
-
-def _is_pair(inputs):
-    return isinstance(inputs, (list, tuple)) and not isinstance(
-        inputs[0], (int, type(None))
-    )
