@@ -1,4 +1,4 @@
-"""2-D convolution as strided slices + one matmul.
+"""Sliding windows as strided slices, and 2-D convolution built on them.
 
 XLA on CPU computes the input gradient of a strided convolution at about
 1.3 GFLOP/s: a CapsNet whose primary-capsule conv (9x9, stride 2) is a plain
@@ -6,7 +6,12 @@ XLA on CPU computes the input gradient of a strided convolution at about
 than the same net with the conv done as `kh * kw` strided slices,
 concatenated, and one matmul, whose backward pass is a matmul and pads.
 Elsewhere (torch, TF without XLA, GPUs) the native convolution is fast.
+
+The same per-offset slices give the windows of the convolutional capsule
+layers (`keras_capsules.layers.windows.extract_windows`).
 """
+
+import itertools
 
 import keras
 from keras import ops
@@ -39,24 +44,43 @@ def conv2d(x, kernel, strides, padding, implementation="conv"):
 
 def extract_patches(x, kernel_size, strides, padding):
     """`(batch, H, W, C)` -> `(batch, H', W', kh * kw * C)`, ordered
-    `(dy, dx, c)` like a flattened conv kernel; one strided slice per kernel
-    offset (a static loop over `kh * kw`, none over positions)."""
-    (kh, kw), (sh, sw) = kernel_size, strides
-    height, width = x.shape[1], x.shape[2]
+    `(dy, dx, c)` like a flattened conv kernel."""
+    return ops.concatenate(window_slices(x, kernel_size, strides, padding), axis=-1)
+
+
+def window_output_size(size, kernel, stride, padding):
+    """Output length of one spatial axis, as for a convolution."""
+    if size is None:
+        return None
     if padding == "same":
-        pads = [_same_padding(n, k, s) for n, k, s in ((height, kh, sh), (width, kw, sw))]
-        x = ops.pad(x, [(0, 0), pads[0], pads[1], (0, 0)])
-        height, width = x.shape[1], x.shape[2]
-    out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
-    slices = [
-        x[:, dy : dy + (out_h - 1) * sh + 1 : sh, dx : dx + (out_w - 1) * sw + 1 : sw, :]
-        for dy in range(kh)
-        for dx in range(kw)
-    ]
-    return ops.concatenate(slices, axis=-1)
+        return -(-size // stride)
+    return (size - kernel) // stride + 1
 
 
-def _same_padding(n, k, s):
-    """TF/Keras "same": output ceil(n / s), extra padding at the end."""
-    total = max((-(-n // s) - 1) * s + k - n, 0)
-    return total // 2, total - total // 2
+def window_slices(x, kernel_size, strides, padding):
+    """`(batch, *grid, *rest)` -> `prod(kernel_size)` tensors `(batch,
+    *out_grid, *rest)`, one per kernel offset in row-major order.
+
+    Slice `o` holds, at output position `p`, the input at `p * strides + o`
+    (after padding): one strided slice per offset (a static loop over the
+    offsets, never over positions); the backward pass is the matching
+    scatter-add. `"same"` pads with zeros as a convolution would (output
+    `ceil(n / s)`, `pad_before = total // 2`).
+    """
+    rank = len(kernel_size)
+    spatial = x.shape[1 : 1 + rank]
+    out = [window_output_size(*a, padding) for a in zip(spatial, kernel_size, strides)]
+    if padding == "same":
+        pads = []
+        for n, k, s, o in zip(spatial, kernel_size, strides, out):
+            total = max((o - 1) * s + k - n, 0)
+            pads.append((total // 2, total - total // 2))
+        rest = len(x.shape) - 1 - rank
+        x = ops.pad(x, [(0, 0), *pads] + [(0, 0)] * rest)
+    slices = []
+    for offset in itertools.product(*(range(k) for k in kernel_size)):
+        index = tuple(
+            slice(d, d + (o - 1) * s + 1, s) for d, s, o in zip(offset, strides, out)
+        )
+        slices.append(x[(slice(None), *index)])
+    return slices

@@ -6,9 +6,9 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation, window_output_size
 from keras_capsules.layers.capsule import deserialize_router, route, serialize_router
 from keras_capsules.layers.conv_capsule import WindowedCapsule
-from keras_capsules.layers.windows import window_output_size
 from keras_capsules.routing.em import EMRouting
 from keras_capsules.validation import int_tuple, one_of, positive_int
 
@@ -24,8 +24,9 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
     activations = sigmoid(conv2d(x, W_act) + b_act)          # (batch, H', W', n)
     ```
 
-    Returns `[poses, activations]`. `ConvMatrixCapsule` and
-    `ClassMatrixCapsule` take 4x4 poses (the default `pose_shape`).
+    Both convolutions run as one, on the kernels concatenated along the
+    output channels. Returns `[poses, activations]`. `ConvMatrixCapsule`
+    and `ClassMatrixCapsule` take 4x4 poses (the default `pose_shape`).
 
     Args:
         num_capsules: capsule types per position (32 in the paper).
@@ -33,6 +34,10 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
         padding: `"valid"` or `"same"`.
         pose_shape: the pose matrix shape, `(4, 4)`.
         kernel_initializer, bias_initializer: initializers of both convs.
+        implementation: `"conv"` (native convolution), `"matmul"` (strided
+            slices + one matmul; same numbers) or `"auto"`: `"matmul"` for a
+            strided conv on JAX or TensorFlow on CPU, where XLA's strided
+            conv backward is slow, else `"conv"` (see `keras_capsules.conv`).
 
     Example:
 
@@ -54,6 +59,7 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
         pose_shape=(4, 4),
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        implementation="auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -64,6 +70,7 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
         self.pose_shape = int_tuple(pose_shape, 2, "pose_shape")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
 
     def build(self, input_shape):
         if len(input_shape) != 4 or input_shape[-1] is None:
@@ -88,13 +95,14 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
             ))
 
     def call(self, inputs):
-        def conv(kernel, bias):
-            return ops.conv(inputs, kernel, strides=self.strides, padding=self.padding) + bias
-
-        poses = conv(self.pose_kernel, self.pose_bias)
-        grid = (-1, *poses.shape[1:3], self.num_capsules)
-        poses = ops.reshape(poses, (*grid, math.prod(self.pose_shape)))
-        activations = ops.sigmoid(conv(self.activation_kernel, self.activation_bias))
+        kernel = ops.concatenate([self.pose_kernel, self.activation_kernel], axis=-1)
+        bias = ops.concatenate([self.pose_bias, self.activation_bias], axis=-1)
+        implementation = resolve_implementation(self.implementation, self.strides)
+        y = conv2d(inputs, kernel, self.strides, self.padding, implementation) + bias
+        pose_filters = self.num_capsules * math.prod(self.pose_shape)
+        grid = (-1, *y.shape[1:3], self.num_capsules)
+        poses = ops.reshape(y[..., :pose_filters], (*grid, math.prod(self.pose_shape)))
+        activations = ops.sigmoid(y[..., pose_filters:])
         return [poses, activations]
 
     def _output_grid(self, input_shape):
@@ -117,6 +125,7 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
             pose_shape=self.pose_shape,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            implementation=self.implementation,
         )
         return config
 

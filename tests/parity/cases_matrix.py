@@ -201,24 +201,45 @@ for _coordinates in (True, False):
         )
     )
 
-register(
-    Case(
-        name="primary-matrix-capsule-k2",
-        inputs=lambda rng: {
-            "images": rng.normal(size=(2, 3, 3, 2)),
-            "pose_kernel": rng.normal(size=(2, 2, 2, 2 * 16)) * 0.5,
+def _primary_matrix_inputs(size, kernel):
+    def inputs(rng):
+        return {
+            "images": rng.normal(size=(2, size, size, 2)),
+            "pose_kernel": rng.normal(size=(kernel, kernel, 2, 2 * 16)) * 0.5,
             "pose_bias": rng.normal(size=(2 * 16,)) * 0.1,
-            "activation_kernel": rng.normal(size=(2, 2, 2, 2)) * 0.5,
+            "activation_kernel": rng.normal(size=(kernel, kernel, 2, 2)) * 0.5,
             "activation_bias": rng.normal(size=(2,)) * 0.1,
-        },
-        build=lambda: keras_capsules.layers.PrimaryMatrixCapsule(2, kernel_size=2),
-        reference=lambda a: list(
-            ref_matrix.primary_matrix_capsule(
-                a["images"], a["pose_kernel"], a["pose_bias"],
-                a["activation_kernel"], a["activation_bias"],
-            )
-        ),
-        forward=lambda layer, t: list(stateless(layer, t, t["images"])),
-        diff=("images", "pose_kernel", "activation_kernel", "activation_bias"),
+        }
+
+    return inputs
+
+
+def _register_primary_matrix(name, size, kernel, **kwargs):
+    conv_args = {k: v for k, v in kwargs.items() if k in ("strides", "padding")}
+    register(
+        Case(
+            name=f"primary-matrix-capsule-{name}",
+            inputs=_primary_matrix_inputs(size, kernel),
+            build=lambda: keras_capsules.layers.PrimaryMatrixCapsule(
+                2, kernel_size=kernel, **kwargs
+            ),
+            reference=lambda a: list(
+                ref_matrix.primary_matrix_capsule(
+                    a["images"], a["pose_kernel"], a["pose_bias"],
+                    a["activation_kernel"], a["activation_bias"], **conv_args,
+                )
+            ),
+            forward=lambda layer, t: list(stateless(layer, t, t["images"])),
+            diff=("images", "pose_kernel", "activation_kernel", "activation_bias"),
+        )
     )
-)
+
+
+_register_primary_matrix("k2", 3, 2)
+# Strided: the native conv and strided slices + one matmul give the same numbers.
+for _impl in ("conv", "matmul"):
+    for _padding in ("valid", "same"):
+        _register_primary_matrix(
+            f"{_impl}-k3-s2-{_padding}", 5, 3,
+            strides=(2, 2), padding=_padding, implementation=_impl,
+        )

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from tests.reference.conv import conv2d
 from tests.reference.conv_capsule import windows
 
 
@@ -47,17 +48,10 @@ def class_matrix_capsule(poses, activations, kernel, route, coordinate_addition=
     return route(votes, activations.reshape(batch, -1))[:2]
 
 
-def primary_matrix_capsule(images, pose_kernel, pose_bias, act_kernel, act_bias):
-    """1x1-free reference: valid, stride-1 convolution by loops over positions."""
-    kh, kw = pose_kernel.shape[:2]
-    batch, height, width, _ = images.shape
-    oh, ow = height - kh + 1, width - kw + 1
+def primary_matrix_capsule(images, pose_kernel, pose_bias, act_kernel, act_bias,
+                           strides=(1, 1), padding="valid"):
+    """Pose and activation convolutions (loops over positions), regrouped."""
     n = act_kernel.shape[-1]
-    poses = np.zeros((batch, oh, ow, pose_kernel.shape[-1]))
-    acts = np.zeros((batch, oh, ow, n))
-    for i in range(oh):
-        for j in range(ow):
-            patch = images[:, i : i + kh, j : j + kw]
-            poses[:, i, j] = np.einsum("bhwc,hwcf->bf", patch, pose_kernel) + pose_bias
-            acts[:, i, j] = np.einsum("bhwc,hwcf->bf", patch, act_kernel) + act_bias
-    return poses.reshape(batch, oh, ow, n, -1), sigmoid(acts)
+    poses = conv2d(images, pose_kernel, strides, padding) + pose_bias
+    acts = conv2d(images, act_kernel, strides, padding) + act_bias
+    return poses.reshape(*poses.shape[:3], n, -1), sigmoid(acts)
