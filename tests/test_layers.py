@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import keras_capsules
-from keras_capsules.layers import Capsule, Length, Mask, PrimaryCapsule
+from keras_capsules.layers import Capsule, Length, Mask, PrimaryCapsule, StridedConv2D
 from tests.parity.backend_grad import to_numpy
 from tests.test_case import LayerTestCase
 
@@ -140,3 +140,27 @@ def test_primary_capsule_implementation_choice_and_error():
     assert resolve_implementation("auto", (2, 2)) == expected
     with pytest.raises(ValueError, match="implementation='fft'"):
         PrimaryCapsule(2, 4, 3, implementation="fft")
+
+
+class TestStridedConv2D(LayerTestCase):
+    def test_layer(self):
+        self.run_layer_test(
+            StridedConv2D, {"filters": 4, "kernel_size": 3, "strides": 2, "activation": "relu",
+                            "implementation": "matmul"}, IMAGES, (2, 4, 4, 4))
+
+    def test_implementations_agree_with_keras_conv2d(self):
+        reference = keras.layers.Conv2D(4, 3, strides=2, padding="same")
+        expected = to_numpy(reference(IMAGES))
+        for implementation in ("auto", "conv", "matmul"):
+            layer = StridedConv2D(4, 3, strides=2, padding="same", implementation=implementation)
+            layer.build(IMAGES.shape)
+            layer.set_weights(reference.get_weights())
+            np.testing.assert_allclose(to_numpy(layer(IMAGES)), expected, rtol=1e-5, atol=1e-5)
+
+    def test_auto_falls_back_to_the_native_conv_where_matmul_does_not_apply(self):
+        layer = StridedConv2D(6, 3, strides=2, groups=3)
+        assert tuple(layer(IMAGES).shape) == (2, 4, 4, 6)
+        with pytest.raises(ValueError, match="groups=3"):
+            StridedConv2D(6, 3, strides=2, groups=3, implementation="matmul")
+        with pytest.raises(ValueError, match="implementation='fft'"):
+            StridedConv2D(4, 3, implementation="fft")

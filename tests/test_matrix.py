@@ -99,6 +99,12 @@ class TestPrimaryMatrixCapsule(LayerTestCase):
         self.run_layer_test(PrimaryMatrixCapsule, {"num_capsules": 3, "kernel_size": 2},
                             IMAGES, ((2, 4, 4, 3, 16), (2, 4, 4, 3)))
 
+    def test_layer_strided_as_slices_and_matmul(self):
+        self.run_layer_test(
+            PrimaryMatrixCapsule,
+            {"num_capsules": 3, "kernel_size": 2, "strides": 2, "implementation": "matmul"},
+            IMAGES, ((2, 2, 2, 3, 16), (2, 2, 2, 3)))
+
     def test_pose_shape_strides_padding(self):
         poses, activations = PrimaryMatrixCapsule(2, 3, strides=2, padding="same",
                                                   pose_shape=(3, 3))(IMAGES)
@@ -113,6 +119,8 @@ class TestPrimaryMatrixCapsule(LayerTestCase):
             PrimaryMatrixCapsule(2, pose_shape=(4, 0))
         with pytest.raises(ValueError, match="kernel_size"):
             PrimaryMatrixCapsule(2, 7)(keras.Input((5, 5, 3)))
+        with pytest.raises(ValueError, match="implementation='fft'"):
+            PrimaryMatrixCapsule(2, implementation="fft")
 
 
 class TestConvMatrixCapsule(LayerTestCase):

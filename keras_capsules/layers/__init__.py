@@ -4,6 +4,7 @@ from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
+from keras_capsules.layers.strided_conv import StridedConv2D
 from keras_capsules.layers.capsule_attention import CapsuleAttention
 from keras_capsules.layers.capsule_pruning import CapsulePruning
 from keras_capsules.layers.orthogonal import householder_orthogonal

@@ -117,3 +117,21 @@ for _impl, _padding, _strides in itertools.product(
             diff=("images", "kernel", "bias"),
         )
     )
+
+
+# StridedConv2D: Keras's Conv2D with the strided conv as slices + one matmul.
+for _impl, _padding in itertools.product(("conv", "matmul"), ("valid", "same")):
+    register(
+        Case(
+            name=f"strided-conv2d-{_impl}-{_padding}-s21",
+            inputs=_primary_inputs,
+            build=lambda impl=_impl, padding=_padding: keras_capsules.layers.StridedConv2D(
+                8, 3, strides=(2, 1), padding=padding, implementation=impl
+            ),
+            reference=lambda a, padding=_padding: [
+                ref_conv.conv2d(a["images"], a["kernel"], (2, 1), padding) + a["bias"]
+            ],
+            forward=lambda layer, t: [stateless(layer, t, t["images"])],
+            diff=("images", "kernel", "bias"),
+        )
+    )

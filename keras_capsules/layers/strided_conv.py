@@ -1,0 +1,66 @@
+"""A Keras `Conv2D` whose strided convolution avoids XLA's slow CPU kernel."""
+
+import keras
+
+from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation
+from keras_capsules.validation import one_of
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class StridedConv2D(keras.layers.Conv2D):
+    """`keras.layers.Conv2D` with a choice of how the convolution is computed.
+
+    Same arguments, weights and outputs as `keras.layers.Conv2D`, plus
+    `implementation`:
+
+    ```
+    y = activation(conv2d(x, kernel, strides, padding, implementation) + bias)
+    ```
+
+    - `"conv"`: the native `ops.conv`.
+    - `"matmul"`: `kh * kw` strided slices, concatenated, and one matmul
+      (`keras_capsules.conv.conv2d`); the same numbers within float32
+      rounding. Channels-last, undilated, ungrouped convolutions only.
+    - `"auto"`: `"matmul"` for a strided convolution on JAX or TensorFlow on
+      CPU, where XLA computes the input gradient of a strided convolution
+      ~20x slower than the slices + matmul; `"conv"` everywhere else,
+      including the cases `"matmul"` does not cover (see
+      `keras_capsules.conv` and `benchmarks/conv.py`).
+
+    Example (the first layer of the matrix-capsule network):
+
+    >>> x = keras.Input((32, 32, 2))
+    >>> keras_capsules.layers.StridedConv2D(32, 5, strides=2, activation="relu")(x).shape
+    (None, 14, 14, 32)
+    """
+
+    def __init__(self, filters, kernel_size, strides=(1, 1), implementation="auto", **kwargs):
+        super().__init__(filters, kernel_size, strides=strides, **kwargs)
+        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
+        if self.implementation == "matmul" and not self._matmul_supported():
+            raise ValueError(
+                "StridedConv2D(implementation='matmul') supports channels_last, "
+                "dilation_rate=1 and groups=1 only. Received: "
+                f"data_format={self.data_format!r}, dilation_rate={self.dilation_rate}, "
+                f"groups={self.groups}"
+            )
+
+    def _matmul_supported(self):
+        return (
+            self.data_format == "channels_last"
+            and all(d == 1 for d in self.dilation_rate)
+            and self.groups == 1
+        )
+
+    def convolution_op(self, inputs, kernel):
+        implementation = resolve_implementation(self.implementation, self.strides)
+        if implementation == "matmul" and not self._matmul_supported():
+            implementation = "conv"
+        if implementation == "conv":
+            return super().convolution_op(inputs, kernel)
+        return conv2d(inputs, kernel, self.strides, self.padding, implementation)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(implementation=self.implementation)
+        return config
