@@ -97,7 +97,9 @@ class _MarginState(keras.metrics.Metric):
         pass
 
     def result(self):
-        return ops.convert_to_tensor(self.margin)
+        # A copy: on JAX the variable's own buffer is donated to (and deleted
+        # by) the next compiled step, before the logs holding it are read.
+        return ops.copy(self.margin)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

@@ -1,29 +1,23 @@
-"""A small matrix-capsule network trains on (mock) smallNORB with SpreadLoss."""
+"""MatrixCapsNet: size, the spread loss in compute_loss, margin schedule, saving."""
+
+import os
+import tempfile
 
 import keras
 import numpy as np
 import pytest
 
 import keras_capsules as kc
-from tests.conftest import jit_compile_for_backend
+from keras_capsules.models import MatrixCapsNet
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
-
-def matrix_capsnet(input_shape=(32, 32, 2), num_classes=5):
-    """Conv 5x5/2 -> PrimaryMatrixCapsule(8) -> ConvMatrixCapsule(16, 3, /2)
-    -> ConvMatrixCapsule(16, 3) -> ClassMatrixCapsule(num_classes)."""
-    images = keras.Input(input_shape)
-    x = keras.layers.Conv2D(16, 5, strides=2, activation="relu")(images)
-    capsules = kc.PrimaryMatrixCapsule(8)(x)
-    capsules = kc.ConvMatrixCapsule(16, 3, strides=2)(capsules)
-    capsules = kc.ConvMatrixCapsule(16, 3)(capsules)
-    _, activations = kc.ClassMatrixCapsule(num_classes)(capsules)
-    return keras.Model(images, activations)
+TINY = dict(A=4, B=2, C=2, D=2, iterations=2)
 
 
 def mock_smallnorb(num_examples, size=32):
-    """Both stereo images as 2 channels, block-averaged 96 -> `size`, in [0, 1]."""
+    """Both stereo images as 2 channels, block-averaged 96 -> `size`, in [0, 1];
+    integer categories."""
     with tfds.testing.mock_data(num_examples=num_examples):
         data = tfds.load("smallnorb", split="train")
         examples = list(tfds.as_numpy(data))
@@ -32,21 +26,93 @@ def mock_smallnorb(num_examples, size=32):
     ).astype("float32") / 255.0
     factor = images.shape[1] // size
     images = images.reshape(-1, size, factor, size, factor, 2).mean(axis=(2, 4))
-    labels = np.eye(5, dtype="float32")[[e["label_category"] for e in examples]]
+    labels = np.array([e["label_category"] for e in examples])
     return images, labels
 
 
-def test_matrix_capsnet_trains_on_mock_smallnorb():
+def spread_loss(labels, activations, margin):
+    one_hot = np.eye(activations.shape[-1])[labels]
+    target = (one_hot * activations).sum(-1, keepdims=True)
+    return ((1 - one_hot) * np.maximum(0, margin - (target - activations)) ** 2).sum(-1).mean()
+
+
+def test_paper_parameter_count():
+    model = MatrixCapsNet()  # A = B = C = D = 32 on (32, 32, 2), 5 classes.
+    sizes = {layer.name: layer.count_params() for layer in model.network.layers}
+    assert sizes == {
+        "input_layer": 0,
+        "conv": 5 * 5 * 2 * 32 + 32,
+        "primary_capsules": 32 * (32 * 16 + 32) + 32 * 17,
+        "conv_capsules1": 3 * 3 * 32 * 32 * 16 + 2 * 32,  # + EM beta_u, beta_a
+        "conv_capsules2": 3 * 3 * 32 * 32 * 16 + 2 * 32,
+        "class_capsules": 32 * 5 * 16 + 2 * 5,
+    }
+    assert model.count_params() == 317_194
+    assert [tuple(t.shape) for t in model.network.outputs] == [(None, 5, 16), (None, 5)]
+
+
+def test_fit_with_margin_schedule_on_mock_smallnorb_then_keras_round_trip():
     images, labels = mock_smallnorb(8)
-    assert images.shape == (8, 32, 32, 2) and labels.shape == (8, 5)
-    model = matrix_capsnet()
-    loss = kc.SpreadLoss(margin=0.2)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss,
-                  jit_compile=jit_compile_for_backend())
-    scheduler = kc.callbacks.SpreadLossMarginScheduler(loss, start=0.2, end=0.9, steps=2)
+    assert images.shape == (8, 32, 32, 2)
+    model = MatrixCapsNet(**TINY)
+    # XLA on TF costs minutes of compilation for this net; the margin inside
+    # XLA steps on TF is tested in test_spread_loss.py, the layers' XLA
+    # train steps in test_matrix.py. JAX always compiles.
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), metrics=["accuracy"],
+                  jit_compile=keras.backend.backend() == "jax")
+    scheduler = kc.callbacks.SpreadLossMarginScheduler(model.spread_loss, 0.2, 0.9, steps=2)
+    before = [w.copy() for w in model.get_weights()]
     history = model.fit(images, labels, batch_size=4, epochs=1, verbose=0,
+                        validation_data=(images, labels), validation_batch_size=8,
                         callbacks=[scheduler])
     assert np.isfinite(history.history["loss"][0])
-    assert history.history["margin"][0] == pytest.approx(0.55)
-    for w in model.weights:
-        assert np.all(np.isfinite(keras.ops.convert_to_numpy(w))), w.path
+    assert history.history["margin"][0] == pytest.approx(0.55)  # step 1 of the ramp
+    after = model.get_weights()
+    assert all(np.all(np.isfinite(w)) for w in after)
+    assert any(np.abs(a - b).max() > 0 for a, b in zip(after, before))
+
+    activations = keras.ops.convert_to_numpy(model(images))
+    # The loss is the model's spread loss, at the margin the schedule reached.
+    np.testing.assert_allclose(history.history["val_loss"][0],
+                               spread_loss(labels, activations, 0.55), rtol=1e-4)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path, safe_mode=True)
+    assert type(loaded) is MatrixCapsNet
+    assert loaded.get_config() == model.get_config()
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(images)), activations,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_loss_gets_one_hot_labels_and_router_swaps_everywhere():
+    images, labels = mock_smallnorb(4)
+    model = MatrixCapsNet(**TINY, router=kc.routing.SelfRouting())
+    routers = [model.network.get_layer(name).router
+               for name in ("conv_capsules1", "conv_capsules2", "class_capsules")]
+    assert all(type(r) is kc.routing.SelfRouting for r in routers)
+    assert len({id(r) for r in routers}) == 3
+    model.compile(loss=kc.SpreadLoss(margin=0.5), jit_compile=False)
+    activations = model.predict(images, verbose=0)  # the class activations
+    assert activations.shape == (4, 5) and np.all((activations >= 0) & (activations <= 1))
+    for y in (labels, np.eye(5, dtype="float32")[labels]):  # ids or one-hot
+        loss = model.evaluate(images, y, batch_size=4, verbose=0)
+        np.testing.assert_allclose(loss, spread_loss(labels, activations, 0.5), rtol=1e-4)
+    restored = MatrixCapsNet.from_config(model.get_config())
+    assert type(restored.network.get_layer("class_capsules").router) is kc.routing.SelfRouting
+
+
+def test_bad_arguments_raise_value_errors():
+    with pytest.raises(ValueError, match="A=0"):
+        MatrixCapsNet(A=0)
+    with pytest.raises(ValueError, match="iterations=0"):
+        MatrixCapsNet(iterations=0)
+    with pytest.raises(ValueError, match="router"):
+        MatrixCapsNet(router="em")
+    with pytest.raises(ValueError, match="implementation='fft'"):
+        MatrixCapsNet(implementation="fft")
+    with pytest.raises(ValueError, match="margin=0"):
+        MatrixCapsNet(margin=0)
+    with pytest.raises(ValueError, match="kernel_size"):
+        MatrixCapsNet(input_shape=(12, 12, 2), **TINY)  # too small for the capsule grid

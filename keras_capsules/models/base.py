@@ -120,9 +120,7 @@ class CapsuleClassifier(keras.Model):
         )
 
     def _one_hot(self, y):
-        if len(y.shape) == 2 and y.shape[-1] == self.num_classes:
-            return ops.cast(y, "float32")
-        return ops.one_hot(ops.cast(ops.reshape(y, (-1,)), "int32"), self.num_classes)
+        return one_hot_labels(y, self.num_classes)
 
     def reconstruct(self, images, labels=None):
         """Decoded images, masked by `labels` (ids or one-hot) or by the longest capsule."""
@@ -155,3 +153,10 @@ class CapsuleClassifier(keras.Model):
             "decoder_units": self.decoder_units,
             "decoder_activation": self.decoder_activation,
         }
+
+
+def one_hot_labels(y, num_classes):
+    """Class ids `(batch,)` or one-hot `(batch, num_classes)` -> float32 one-hot."""
+    if len(y.shape) == 2 and y.shape[-1] == num_classes:
+        return ops.cast(y, "float32")
+    return ops.one_hot(ops.cast(ops.reshape(y, (-1,)), "int32"), num_classes)

@@ -1,0 +1,185 @@
+"""The matrix-capsule network of Hinton, Sabour & Frosst (2018)."""
+
+import keras
+from keras import ops
+
+from keras_capsules.conv import IMPLEMENTATIONS
+from keras_capsules.layers.capsule import deserialize_router, serialize_router
+from keras_capsules.layers.matrix_capsule import (
+    ClassMatrixCapsule,
+    ConvMatrixCapsule,
+    PrimaryMatrixCapsule,
+)
+from keras_capsules.layers.strided_conv import StridedConv2D
+from keras_capsules.losses import SpreadLoss
+from keras_capsules.models.base import one_hot_labels
+from keras_capsules.routing.em import EMRouting
+from keras_capsules.validation import int_tuple, one_of, positive_float, positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class MatrixCapsNet(keras.Model):
+    """Matrix capsules with EM routing: 4x4 pose matrices and activations.
+
+    ```
+    images (32, 32, 2)
+      -> StridedConv2D(A, 5, strides=2, relu)                   (14, 14, A)
+      -> PrimaryMatrixCapsule(B, 1)                            (14, 14, B) capsules
+      -> ConvMatrixCapsule(C, 3, strides=2, router)            (6, 6, C)
+      -> ConvMatrixCapsule(D, 3, strides=1, router)            (4, 4, D)
+      -> ClassMatrixCapsule(num_classes, router, coordinate addition)
+      -> activations (batch, num_classes): the class scores
+    ```
+
+    Each capsule is a 4x4 pose matrix and a sigmoid activation; the
+    capsule layers route with `EMRouting(iterations)` (valid padding, as
+    in the paper's Figure 1). `call` and `predict` return the class
+    activations; `encode` returns `[poses (batch, num_classes, 16),
+    activations]`. The first convolution is a `StridedConv2D`, which on
+    JAX and TensorFlow on CPU computes the strided conv as slices + one
+    matmul (`implementation="auto"`; XLA's own strided-conv gradient is
+    ~20x slower there).
+
+    Training takes `(image, label)` pairs with class ids or one-hot labels:
+    `compute_loss` one-hot encodes the labels and applies the compiled
+    loss, or, when `compile` got none, the model's own
+    `SpreadLoss(margin)`, `model.spread_loss` (Hinton et al. eq. 3):
+
+    ```
+    loss = mean_b sum_{i != t} relu(margin - (a_t - a_i))^2
+    ```
+
+    The paper raises the margin from 0.2 to 0.9 during training: pass
+    `keras_capsules.callbacks.SpreadLossMarginScheduler(model.spread_loss,
+    0.2, 0.9, steps)` to `fit` (it works inside the compiled train step
+    with `jit_compile=True` on TensorFlow and JAX). Without it the margin
+    stays at `margin`. There is no reconstruction decoder (the paper has
+    none), so this model has no `reconstruct`.
+
+    Parameter count (`count_params()`, every weight is trainable): with
+    the defaults (A = B = C = D = 32, input (32, 32, 2), 5 classes) it is
+    317,194 = 1,632 (conv: 5*5*2*32 + 32) + 17,952 (primary capsules:
+    1*1*32*(32*16 + 32) + 32*17) + 2 * 147,520 (conv capsules: 3*3*32*32
+    4x4 transforms, plus the EM router's beta_u and beta_a, 2*32) + 2,570
+    (class capsules: 32*5 4x4 transforms + 2*5 betas). The paper's "310K"
+    is for its single-channel input (800 fewer conv weights) and leaves the
+    count's details open; the 138 EM betas are not in the paper's layer
+    sizes.
+
+    Args:
+        input_shape: image shape `(height, width, channels)`; smallNORB's
+            stereo pairs are `(32, 32, 2)`.
+        num_classes: number of class capsules.
+        A: channels of the first convolution.
+        B: primary capsule types.
+        C, D: capsule types of the two convolutional capsule layers.
+        iterations: EM iterations of the default routers.
+        router: a `keras_capsules.routing.Router` used, as three fresh
+            copies (from its config), by the three capsule layers instead
+            of `EMRouting(iterations)`; `iterations` is then unused.
+        coordinate_addition: add the scaled position of each child to its
+            class votes (the paper's coordinate addition).
+        margin: initial margin of the model's own `SpreadLoss`.
+        implementation: `"auto"`, `"conv"` or `"matmul"`, how the strided
+            first convolution is computed (see `StridedConv2D`).
+
+    Example:
+
+    >>> model = keras_capsules.models.MatrixCapsNet()
+    >>> model.compile(optimizer=keras.optimizers.Adam(3e-3), metrics=["accuracy"])
+    >>> scheduler = keras_capsules.callbacks.SpreadLossMarginScheduler(
+    ...     model.spread_loss, start=0.2, end=0.9, steps=10 * steps_per_epoch)
+    >>> model.fit(images, labels, epochs=20, callbacks=[scheduler])
+    >>> activations = model.predict(images)          # (batch, 5)
+
+    Reference: Hinton, Sabour & Frosst, "Matrix capsules with EM routing",
+    ICLR 2018.
+    """
+
+    def __init__(
+        self,
+        input_shape=(32, 32, 2),
+        num_classes=5,
+        A=32,
+        B=32,
+        C=32,
+        D=32,
+        iterations=3,
+        router=None,
+        coordinate_addition=True,
+        margin=0.2,
+        implementation="auto",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.image_shape = int_tuple(input_shape, 3, "input_shape")
+        self.num_classes = positive_int(num_classes, "num_classes")
+        self.A, self.B, self.C, self.D = (
+            positive_int(v, n) for v, n in ((A, "A"), (B, "B"), (C, "C"), (D, "D"))
+        )
+        self.iterations = positive_int(iterations, "iterations")
+        # A config, so each capsule layer gets its own (unbuilt) copy.
+        self.router_config = None if router is None else serialize_router(
+            deserialize_router(router))
+        self.coordinate_addition = bool(coordinate_addition)
+        self.margin = positive_float(margin, "margin")
+        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
+        self.spread_loss = SpreadLoss(self.margin)
+
+        images = keras.Input(self.image_shape)
+        x = StridedConv2D(
+            self.A, 5, strides=2, activation="relu", implementation=implementation,
+            name="conv",
+        )(images)
+        capsules = PrimaryMatrixCapsule(self.B, 1, name="primary_capsules")(x)
+        capsules = ConvMatrixCapsule(
+            self.C, 3, strides=2, router=self._router(), name="conv_capsules1"
+        )(capsules)
+        capsules = ConvMatrixCapsule(
+            self.D, 3, strides=1, router=self._router(), name="conv_capsules2"
+        )(capsules)
+        outputs = ClassMatrixCapsule(
+            self.num_classes, router=self._router(),
+            coordinate_addition=self.coordinate_addition, name="class_capsules",
+        )(capsules)
+        self.network = keras.Model(images, outputs, name="matrix_capsules")
+        self.build((None, *self.image_shape))
+
+    def _router(self):
+        if self.router_config is None:
+            return EMRouting(iterations=self.iterations)
+        return deserialize_router(self.router_config)
+
+    def build(self, input_shape=None):
+        self.built = True
+
+    def encode(self, images, training=None):
+        """`[poses (batch, num_classes, 16), activations (batch, num_classes)]`."""
+        return self.network(images, training=training)
+
+    def call(self, images, training=None):
+        return self.encode(images, training=training)[1]
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        labels = one_hot_labels(y, self.num_classes)
+        loss_fn = self.spread_loss if self._compile_loss is None else self._compile_loss
+        losses = [ops.cast(loss_fn(labels, y_pred, sample_weight), "float32")]
+        losses += [ops.cast(self._aggregate_additional_loss(l), "float32") for l in self.losses]
+        return ops.sum(ops.stack(losses))
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "input_shape": self.image_shape,
+            "num_classes": self.num_classes,
+            "A": self.A,
+            "B": self.B,
+            "C": self.C,
+            "D": self.D,
+            "iterations": self.iterations,
+            "router": self.router_config,
+            "coordinate_addition": self.coordinate_addition,
+            "margin": self.margin,
+            "implementation": self.implementation,
+        }
