@@ -39,7 +39,7 @@ def make_router(name):
     return None if name is None else router_names()[name]()
 
 
-def parse_args(description, epochs, batch_size, routers=True, argv=None):
+def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arguments=None):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--epochs", type=int, default=epochs)
     parser.add_argument("--batch-size", type=int, default=batch_size,
@@ -60,6 +60,8 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None):
                         help="limit the steps of each epoch (default: the whole split)")
     parser.add_argument("--smoke", action="store_true",
                         help=f"{SMOKE_STEPS} steps on tfds.testing.mock_data (for tests)")
+    if add_arguments is not None:
+        add_arguments(parser)
     args = parser.parse_args(argv)
     if args.smoke:
         args.epochs, args.batch_size = 1, SMOKE_BATCH_SIZE
@@ -128,16 +130,19 @@ def steps_in(dataset):
 
 
 def run(name, description, build_model, load_data, make_optimizer, figures=None,
-        epochs=10, batch_size=32, routers=True, argv=None):
+        epochs=10, batch_size=32, routers=True, argv=None, add_arguments=None,
+        callbacks=None):
     """Trains, evaluates and reports one example; returns the metrics dict.
 
     build_model(args) -> keras.Model; load_data(args, batch_size, drop_remainder)
     -> (train, test) tf.data datasets; make_optimizer(args, steps_per_epoch);
-    figures(model, test_dataset, output_dir) writes extra PNGs.
+    figures(model, test_dataset, output_dir) writes extra PNGs;
+    add_arguments(parser) adds the example's own flags; callbacks(model, args,
+    steps_per_epoch) -> extra `fit` callbacks.
     """
     from figures import plot_history  # Imports matplotlib only when running.
 
-    args = parse_args(description, epochs, batch_size, routers, argv)
+    args = parse_args(description, epochs, batch_size, routers, argv, add_arguments)
     output_dir = args.output_dir or os.path.join("runs", name)
     os.makedirs(output_dir, exist_ok=True)
     keras.config.set_dtype_policy(args.mixed_precision)
@@ -155,20 +160,23 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             model.compile(optimizer=make_optimizer(args, steps or 1),
                           metrics=["accuracy"], jit_compile=jit)
             throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)
-            callbacks = [
+            fit_callbacks = [
                 keras.callbacks.CSVLogger(os.path.join(output_dir, "training_log.csv")),
                 throughput,
             ]
+            if callbacks is not None:
+                fit_callbacks += callbacks(model, args, steps or 1)
             start = time.perf_counter()
             history = model.fit(
                 train, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
                 validation_data=test, validation_steps=SMOKE_STEPS if args.smoke else None,
-                callbacks=callbacks, verbose=2 if args.smoke else "auto",
+                callbacks=fit_callbacks, verbose=2 if args.smoke else "auto",
             )
             train_seconds = time.perf_counter() - start
-            test_loss, test_accuracy = model.evaluate(
-                test, steps=SMOKE_STEPS if args.smoke else None, verbose=0
-            )
+            results = model.evaluate(
+                test, steps=SMOKE_STEPS if args.smoke else None, verbose=0, return_dict=True
+            )  # A dict: callbacks may add metrics (e.g. the spread-loss margin).
+            test_loss, test_accuracy = results["loss"], results["accuracy"]
             model_path = os.path.join(output_dir, "model.keras")
             model.save(model_path)
             plot_history(history.history, os.path.join(output_dir, "training_curves.png"))
