@@ -12,7 +12,12 @@ from keras_capsules.models import MatrixCapsNet
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
-TINY = dict(A=4, B=2, C=2, D=2, iterations=2)
+# One EM iteration keeps XLA compilation short; the layer tests route with 2.
+TINY = dict(A=4, B=2, C=2, D=2, iterations=1)
+# XLA on TF costs minutes of compilation even for the tiny net; the margin
+# inside XLA steps on TF is tested in test_spread_loss.py, the layers' XLA
+# train steps in test_matrix.py. JAX compiles (eager JAX compiles every op).
+JIT = keras.backend.backend() == "jax"
 
 
 def mock_smallnorb(num_examples, size=32):
@@ -55,15 +60,10 @@ def test_fit_with_margin_schedule_on_mock_smallnorb_then_keras_round_trip():
     images, labels = mock_smallnorb(8)
     assert images.shape == (8, 32, 32, 2)
     model = MatrixCapsNet(**TINY)
-    # XLA on TF costs minutes of compilation for this net; the margin inside
-    # XLA steps on TF is tested in test_spread_loss.py, the layers' XLA
-    # train steps in test_matrix.py. JAX always compiles.
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), metrics=["accuracy"],
-                  jit_compile=keras.backend.backend() == "jax")
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), metrics=["accuracy"], jit_compile=JIT)
     scheduler = kc.callbacks.SpreadLossMarginScheduler(model.spread_loss, 0.2, 0.9, steps=2)
     before = [w.copy() for w in model.get_weights()]
     history = model.fit(images, labels, batch_size=4, epochs=1, verbose=0,
-                        validation_data=(images, labels), validation_batch_size=8,
                         callbacks=[scheduler])
     assert np.isfinite(history.history["loss"][0])
     assert history.history["margin"][0] == pytest.approx(0.55)  # step 1 of the ramp
@@ -71,10 +71,12 @@ def test_fit_with_margin_schedule_on_mock_smallnorb_then_keras_round_trip():
     assert all(np.all(np.isfinite(w)) for w in after)
     assert any(np.abs(a - b).max() > 0 for a, b in zip(after, before))
 
-    activations = keras.ops.convert_to_numpy(model(images))
-    # The loss is the model's spread loss, at the margin the schedule reached.
-    np.testing.assert_allclose(history.history["val_loss"][0],
-                               spread_loss(labels, activations, 0.55), rtol=1e-4)
+    activations = model.predict(images, verbose=0)  # the class activations
+    assert activations.shape == (8, 5) and np.all((activations >= 0) & (activations <= 1))
+    # Without a compiled loss: the model's spread loss, at the schedule's margin.
+    loss = model.compute_loss(images, labels, keras.ops.convert_to_tensor(activations))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loss),
+                               spread_loss(labels, activations, 0.55), rtol=1e-5)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.keras")
@@ -82,25 +84,36 @@ def test_fit_with_margin_schedule_on_mock_smallnorb_then_keras_round_trip():
         loaded = keras.saving.load_model(path, safe_mode=True)
     assert type(loaded) is MatrixCapsNet
     assert loaded.get_config() == model.get_config()
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(images)), activations,
+    np.testing.assert_allclose(loaded.predict(images, verbose=0), activations,
                                rtol=1e-5, atol=1e-6)
 
 
 def test_compiled_loss_gets_one_hot_labels_and_router_swaps_everywhere():
-    images, labels = mock_smallnorb(4)
     model = MatrixCapsNet(**TINY, router=kc.routing.SelfRouting())
     routers = [model.network.get_layer(name).router
                for name in ("conv_capsules1", "conv_capsules2", "class_capsules")]
     assert all(type(r) is kc.routing.SelfRouting for r in routers)
     assert len({id(r) for r in routers}) == 3
-    model.compile(loss=kc.SpreadLoss(margin=0.5), jit_compile=False)
-    activations = model.predict(images, verbose=0)  # the class activations
-    assert activations.shape == (4, 5) and np.all((activations >= 0) & (activations <= 1))
-    for y in (labels, np.eye(5, dtype="float32")[labels]):  # ids or one-hot
-        loss = model.evaluate(images, y, batch_size=4, verbose=0)
-        np.testing.assert_allclose(loss, spread_loss(labels, activations, 0.5), rtol=1e-4)
     restored = MatrixCapsNet.from_config(model.get_config())
     assert type(restored.network.get_layer("class_capsules").router) is kc.routing.SelfRouting
+
+    model.compile(loss=kc.SpreadLoss(margin=0.5))
+    rng = np.random.default_rng(0)
+    activations = rng.uniform(size=(6, 5)).astype("float32")
+    labels = rng.integers(0, 5, size=6)
+    for y in (labels, np.eye(5, dtype="float32")[labels]):  # ids or one-hot
+        loss = model.compute_loss(None, y, keras.ops.convert_to_tensor(activations))
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(loss),
+                                   spread_loss(labels, activations, 0.5), rtol=1e-5)
+
+
+def test_mixed_precision_fit_has_finite_loss():
+    keras.config.set_dtype_policy("mixed_float16")  # conftest restores float32
+    images, labels = mock_smallnorb(4)
+    model = MatrixCapsNet(**TINY)
+    model.compile(optimizer="adam", jit_compile=JIT)
+    loss = model.fit(images, labels, batch_size=4, verbose=0).history["loss"]
+    assert np.all(np.isfinite(loss))
 
 
 def test_bad_arguments_raise_value_errors():
