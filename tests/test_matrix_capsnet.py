@@ -10,29 +10,12 @@ import pytest
 import keras_capsules as kc
 from keras_capsules.models import MatrixCapsNet
 
-tfds = pytest.importorskip("tensorflow_datasets")
-
 # One EM iteration keeps XLA compilation short; the layer tests route with 2.
 TINY = dict(A=4, B=2, C=2, D=2, iterations=1)
 # XLA on TF costs minutes of compilation even for the tiny net; the margin
 # inside XLA steps on TF is tested in test_spread_loss.py, the layers' XLA
 # train steps in test_matrix.py. JAX compiles (eager JAX compiles every op).
 JIT = keras.backend.backend() == "jax"
-
-
-def mock_smallnorb(num_examples, size=32):
-    """Both stereo images as 2 channels, block-averaged 96 -> `size`, in [0, 1];
-    integer categories."""
-    with tfds.testing.mock_data(num_examples=num_examples):
-        data = tfds.load("smallnorb", split="train")
-        examples = list(tfds.as_numpy(data))
-    images = np.stack(
-        [np.concatenate([e["image"], e["image2"]], axis=-1) for e in examples]
-    ).astype("float32") / 255.0
-    factor = images.shape[1] // size
-    images = images.reshape(-1, size, factor, size, factor, 2).mean(axis=(2, 4))
-    labels = np.array([e["label_category"] for e in examples])
-    return images, labels
 
 
 def spread_loss(labels, activations, margin):
@@ -56,9 +39,10 @@ def test_paper_parameter_count():
     assert [tuple(t.shape) for t in model.network.outputs] == [(None, 5, 16), (None, 5)]
 
 
-def test_fit_with_margin_schedule_on_mock_smallnorb_then_keras_round_trip():
-    images, labels = mock_smallnorb(8)
-    assert images.shape == (8, 32, 32, 2)
+def test_fit_with_margin_schedule_then_keras_round_trip():
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(8, 32, 32, 2)).astype("float32")
+    labels = rng.integers(0, 5, size=8)
     model = MatrixCapsNet(**TINY)
     model.compile(optimizer=keras.optimizers.Adam(1e-2), metrics=["accuracy"], jit_compile=JIT)
     scheduler = kc.callbacks.SpreadLossMarginScheduler(model.spread_loss, 0.2, 0.9, steps=2)
@@ -84,8 +68,10 @@ def test_fit_with_margin_schedule_on_mock_smallnorb_then_keras_round_trip():
         loaded = keras.saving.load_model(path, safe_mode=True)
     assert type(loaded) is MatrixCapsNet
     assert loaded.get_config() == model.get_config()
-    np.testing.assert_allclose(loaded.predict(images, verbose=0), activations,
-                               rtol=1e-5, atol=1e-6)
+    # Same config and weights: the same function (predict would compile again).
+    assert len(loaded.weights) == len(model.weights) == 15
+    for a, b in zip(loaded.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_compiled_loss_gets_one_hot_labels_and_router_swaps_everywhere():
@@ -109,7 +95,8 @@ def test_compiled_loss_gets_one_hot_labels_and_router_swaps_everywhere():
 
 def test_mixed_precision_fit_has_finite_loss():
     keras.config.set_dtype_policy("mixed_float16")  # conftest restores float32
-    images, labels = mock_smallnorb(4)
+    rng = np.random.default_rng(1)
+    images, labels = rng.normal(size=(4, 32, 32, 2)).astype("float32"), np.arange(4)
     model = MatrixCapsNet(**TINY)
     model.compile(optimizer="adam", jit_compile=JIT)
     loss = model.fit(images, labels, batch_size=4, verbose=0).history["loss"]
