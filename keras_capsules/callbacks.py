@@ -61,11 +61,14 @@ class SpreadLossMarginScheduler(keras.callbacks.Callback):
         """The margin before training step `step`."""
         return self.start + (self.end - self.start) * min(step / self.steps, 1.0)
 
-    def on_train_begin(self, logs=None):
-        model = self.model
+    def set_model(self, model):
+        super().set_model(model)
         state = self.loss.margin_state
         # A metric of the model is part of the compiled step's state; Keras
-        # has no public hook to add one to a built model.
+        # has no public hook to add one to a built model. Attached here, not
+        # in on_train_begin: fit calls set_model before it builds the train
+        # function, whose JAX state layout (and shardings under
+        # keras.distribution) is fixed by then.
         if not any(m is state for m in model.metrics):
             model._metrics.append(state)
 

@@ -86,8 +86,12 @@ class _MarginState(keras.metrics.Metric):
 
     def __init__(self, margin, name="margin"):
         super().__init__(name=name, dtype="float32")
+        # Metric variables sync on read; with the default "sum" aggregation a
+        # cross-replica assign under tf.distribute gives each replica
+        # margin / num_replicas. "mean" gives each replica the margin.
         self.margin = self.add_variable(
-            shape=(), initializer=keras.initializers.Constant(margin), name="margin"
+            shape=(), initializer=keras.initializers.Constant(margin), aggregation="mean",
+            name="margin",
         )
 
     def update_state(self, *args, **kwargs):

@@ -1,12 +1,17 @@
 """SpreadLoss against its formula; the margin scheduler inside compiled fits."""
 
+import contextlib
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
 
 from keras_capsules.callbacks import SpreadLossMarginScheduler
 from keras_capsules.losses import SpreadLoss
-from tests.conftest import jit_compile_for_backend
+from tests.conftest import BACKEND, jit_compile_for_backend
 
 
 def _reference(y, a, margin):
@@ -46,14 +51,17 @@ class _RecordLoss(keras.callbacks.Callback):
         self.losses.append(float(logs["loss"]))
 
 
-def test_scheduler_changes_the_loss_inside_the_compiled_train_step():
+def check_scheduler_in_fit(scope=None, jit_compile=None):
     """A zero-weight model: the loss of each step is exactly a function of
     the margin that step used, so a margin frozen into the compiled step
-    (what happens to a loss variable under JAX) is caught."""
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3, kernel_initializer="zeros")])
-    loss = SpreadLoss()
-    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=loss,
-                  jit_compile=jit_compile_for_backend())
+    (what happens to a loss variable under JAX) is caught. `scope`: a
+    `tf.distribute` strategy scope for the model and its compilation."""
+    jit_compile = jit_compile_for_backend() if jit_compile is None else jit_compile
+    with scope or contextlib.nullcontext():
+        model = keras.Sequential(
+            [keras.Input((2,)), keras.layers.Dense(3, kernel_initializer="zeros")])
+        loss = SpreadLoss()
+        model.compile(optimizer=keras.optimizers.SGD(0.0), loss=loss, jit_compile=jit_compile)
     x = np.zeros((8, 2), "float32")
     y = np.eye(3, dtype="float32")[[0, 1, 2, 0, 1, 2, 0, 1]]
     scheduler = SpreadLossMarginScheduler(loss, start=0.2, end=0.8, steps=2)
@@ -70,7 +78,45 @@ def test_scheduler_changes_the_loss_inside_the_compiled_train_step():
     np.testing.assert_allclose(record.losses, expected, rtol=1e-5)
     assert history.history["margin"] == pytest.approx([0.8, 0.8])
     assert all(type(m) is float for m in history.history["margin"])
-    assert float(keras.ops.convert_to_numpy(loss.margin)) == pytest.approx(0.8)
+
+
+def test_scheduler_changes_the_loss_inside_the_compiled_train_step():
+    check_scheduler_in_fit()
+
+
+DATA_PARALLEL = """
+import sys
+try:
+    import torch  # noqa: F401  (before tensorflow: see conftest)
+except ImportError:
+    pass
+if sys.argv[1] == "tensorflow":
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    scope = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope()
+else:
+    import keras
+    devices = keras.distribution.list_devices()
+    assert len(devices) == 2, devices
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    scope = None
+from tests.test_spread_loss import check_scheduler_in_fit
+check_scheduler_in_fit(scope, jit_compile=sys.argv[1] == "jax")  # TF: no XLA on mirrored vars
+"""
+
+
+@pytest.mark.skipif(BACKEND == "torch", reason="torch has no data-parallel trainer here")
+def test_scheduler_on_two_data_parallel_cpu_devices():
+    """MirroredStrategy once gave each replica margin / 2 (a sum-aggregated
+    metric variable); DataParallel on JAX once failed on a metric added after
+    the train function's shardings were fixed."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, KERAS_BACKEND=BACKEND,
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    result = subprocess.run([sys.executable, "-c", DATA_PARALLEL, BACKEND], env=env, cwd=root,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def test_scheduler_margins_and_errors():
