@@ -39,7 +39,8 @@ def make_router(name):
     return None if name is None else router_names()[name]()
 
 
-def parse_args(description, epochs, batch_size, routers=True, argv=None):
+def parse_args(description, epochs, batch_size, routers=True, argv=None,
+               add_arguments=None):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--epochs", type=int, default=epochs)
     parser.add_argument("--batch-size", type=int, default=batch_size,
@@ -60,6 +61,8 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None):
                         help="limit the steps of each epoch (default: the whole split)")
     parser.add_argument("--smoke", action="store_true",
                         help=f"{SMOKE_STEPS} steps on tfds.testing.mock_data (for tests)")
+    if add_arguments is not None:
+        add_arguments(parser)
     args = parser.parse_args(argv)
     if args.smoke:
         args.epochs, args.batch_size = 1, SMOKE_BATCH_SIZE
@@ -128,16 +131,17 @@ def steps_in(dataset):
 
 
 def run(name, description, build_model, load_data, make_optimizer, figures=None,
-        epochs=10, batch_size=32, routers=True, argv=None):
+        epochs=10, batch_size=32, routers=True, argv=None, add_arguments=None):
     """Trains, evaluates and reports one example; returns the metrics dict.
 
     build_model(args) -> keras.Model; load_data(args, batch_size, drop_remainder)
     -> (train, test) tf.data datasets; make_optimizer(args, steps_per_epoch);
-    figures(model, test_dataset, output_dir) writes extra PNGs.
+    figures(model, test_dataset, output_dir) writes extra PNGs;
+    add_arguments(parser) adds the example's own flags.
     """
     from figures import plot_history  # Imports matplotlib only when running.
 
-    args = parse_args(description, epochs, batch_size, routers, argv)
+    args = parse_args(description, epochs, batch_size, routers, argv, add_arguments)
     output_dir = args.output_dir or os.path.join("runs", name)
     os.makedirs(output_dir, exist_ok=True)
     keras.config.set_dtype_policy(args.mixed_precision)
