@@ -39,7 +39,8 @@ def make_router(name):
     return None if name is None else router_names()[name]()
 
 
-def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arguments=None):
+def parse_args(description, epochs, batch_size, routers=True, argv=None,
+               add_arguments=None):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--epochs", type=int, default=epochs)
     parser.add_argument("--batch-size", type=int, default=batch_size,

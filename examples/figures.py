@@ -42,9 +42,9 @@ def plot_reconstructions(model, images, labels, path, count=8):
     fig, axes = plt.subplots(2, len(images), figsize=(1.5 * len(images), 3.4), squeeze=False)
     for k in range(len(images)):
         _show(axes[0, k], images[k])
-        axes[0, k].set_title(f"label {labels[k]}", fontsize=8)
+        # One title per column: a title on the lower row overlaps the upper.
+        axes[0, k].set_title(f"label {labels[k]}, pred {scores[k].argmax()}", fontsize=8)
         _show(axes[1, k], decoded[k])
-        axes[1, k].set_title(f"pred {scores[k].argmax()}", fontsize=8)
     fig.suptitle("Input (top) and reconstruction from the longest capsule (bottom)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -10,6 +10,9 @@ reconstructs the image from the capsule of the true label; the model adds
 that term itself in `compute_loss`, so `fit` takes plain `(image, label)`
 pairs. Data: MNIST from TFDS, shifted by up to 2 pixels. Optimiser: Adam
 (1e-3), learning rate decayed by 0.96 every 2000 steps (the paper's code).
+That schedule is made for long runs: it barely decays within one epoch.
+`--lr-decay run` instead decays the rate exponentially to 1e-4 over the
+run, which is what reaches 99 % after one epoch (README, results).
 
     KERAS_BACKEND=torch python examples/mnist_capsnet.py --epochs 1
 
@@ -37,8 +40,17 @@ def load_data(args, batch_size, drop_remainder=False):
     return train, test
 
 
+def add_arguments(parser):
+    parser.add_argument("--lr-decay", choices=("paper", "run"), default="paper",
+                        help="paper: x0.96 every 2000 steps; run: to x0.1 by the last step")
+
+
 def make_optimizer(args, steps_per_epoch):
-    schedule = keras.optimizers.schedules.ExponentialDecay(1e-3, 2000, 0.96)
+    if args.lr_decay == "run":
+        total_steps = max(steps_per_epoch * args.epochs, 1)
+        schedule = keras.optimizers.schedules.ExponentialDecay(1e-3, total_steps, 0.1)
+    else:
+        schedule = keras.optimizers.schedules.ExponentialDecay(1e-3, 2000, 0.96)
     return keras.optimizers.Adam(schedule)
 
 
@@ -46,6 +58,7 @@ def main(argv=None):
     return common.run(
         "mnist_capsnet", __doc__.split("\n")[2], build_model, load_data, make_optimizer,
         figures.capsule_figures(child_types=32), epochs=50, batch_size=128, argv=argv,
+        add_arguments=add_arguments,
     )
 
 

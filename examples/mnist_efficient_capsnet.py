@@ -10,7 +10,11 @@ conv stem with BatchNorm, 16 depthwise primary capsules of dimension 8 and
 margin loss + 0.392 x reconstruction MSE, added by the model itself, so
 `fit` takes plain `(image, label)` pairs. Data: MNIST from TFDS with the
 paper's augmentation (random rotation, shift, erase). Optimiser: Adam
-(5e-4), learning rate x 0.97 each epoch, batch 16 (the paper's settings).
+(5e-4), learning rate x 0.97 each epoch, batch 16, 100 epochs (the paper's
+settings). A shorter run keeps the paper's total decay: with --epochs N the
+rate falls by 0.97 ** (100 / N) each epoch (x 0.54 for N = 5), so it decays
+as far as the paper's does instead of staying near 5e-4, where test
+accuracy still swings by +-0.2 % from epoch to epoch (measured here).
 
     KERAS_BACKEND=torch python examples/mnist_efficient_capsnet.py --epochs 5
 
@@ -38,9 +42,14 @@ def load_data(args, batch_size, drop_remainder=False):
     return train, test
 
 
+PAPER_EPOCHS = 100
+
+
 def make_optimizer(args, steps_per_epoch):
+    # The paper's per-epoch decay, compressed to the run's length (docstring).
+    decay = 0.97 ** (PAPER_EPOCHS / max(args.epochs, 1))
     schedule = keras.optimizers.schedules.ExponentialDecay(
-        5e-4, steps_per_epoch, 0.97, staircase=True
+        5e-4, steps_per_epoch, decay, staircase=True
     )
     return keras.optimizers.Adam(schedule)
 
@@ -48,7 +57,7 @@ def make_optimizer(args, steps_per_epoch):
 def main(argv=None):
     return common.run(
         "mnist_efficient_capsnet", __doc__.split("\n")[2], build_model, load_data,
-        make_optimizer, figures.capsule_figures(), epochs=100, batch_size=16, argv=argv,
+        make_optimizer, figures.capsule_figures(), epochs=PAPER_EPOCHS, batch_size=16, argv=argv,
     )
 
 

@@ -26,7 +26,9 @@ summary=""
 for backend in tensorflow torch jax; do
   echo "=== KERAS_BACKEND=$backend pytest"
   start=$(date +%s)
-  KERAS_BACKEND=$backend python -m pytest -q "$@"
+  # pytest-xdist: one test process per core (the parity matrix stays in one).
+  KERAS_BACKEND=$backend python -m pytest -q -n "${PYTEST_WORKERS:-auto}" --maxprocesses 8 \
+    --dist loadgroup "$@"
   rc=$?
   summary="$summary\n$backend: exit $rc in $(( $(date +%s) - start ))s"
   [ $rc -eq 0 ] || status=1

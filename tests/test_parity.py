@@ -8,6 +8,7 @@ are cached under `.pytest_cache/parity`, so the three per-backend pytest
 runs share them.
 """
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -27,6 +28,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BACKENDS = ("tensorflow", "torch", "jax")
 CASES = load_cases()
 WORKER_TIMEOUT_S = 1800
+# With pytest-xdist (`--dist loadgroup`) one process runs every parity test,
+# so the workers and the float64 references run once per backend run.
+pytestmark = pytest.mark.xdist_group("parity")
 
 
 def _source_hash():
@@ -45,6 +49,29 @@ def parity_results():
     cache.mkdir(parents=True, exist_ok=True)
     key = _source_hash()
     paths = {b: cache / f"{b}-{key}.npz" for b in BACKENDS if _installed(b)}
+    # Under pytest-xdist every test process needs the results: the first to
+    # take the lock runs the workers, the others wait and read its files.
+    with _exclusive(cache / f"{key}.lock"):
+        _run_missing_workers(paths)
+    return {b: dict(np.load(p)) for b, p in paths.items()}
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path):
+    try:
+        import fcntl
+    except ImportError:  # Windows: no xdist-safe lock; serial runs still work.
+        yield
+        return
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _run_missing_workers(paths):
     running = {}
     for backend, path in paths.items():
         if not path.exists():
@@ -65,7 +92,6 @@ def parity_results():
         if proc.returncode != 0:
             pytest.fail(f"{backend} parity worker failed:\n{output.decode()[-5000:]}")
         os.replace(tmp, paths[backend])
-    return {b: dict(np.load(p)) for b, p in paths.items()}
 
 
 def _installed(backend):

@@ -7,6 +7,14 @@ from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.models.base import CapsuleClassifier
 
 
+# Sabour et al.'s code: see "Initialisation" in the CapsNet docstring.
+_BIAS = keras.initializers.Constant(0.1)
+
+
+def _truncated_normal(stddev):
+    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class CapsNet(CapsuleClassifier):
     """CapsNet with dynamic routing and a reconstruction decoder.
@@ -26,6 +34,13 @@ class CapsNet(CapsuleClassifier):
     on the summed squared error, for MNIST. With the default arguments the
     model has 8,215,568 parameters (6,804,224 without the decoder), as in
     the paper.
+
+    Initialisation follows the authors' code, not Keras's defaults: truncated
+    normal kernels (std 0.05 for the ReLU conv, 0.01 for the primary
+    capsules and the transforms `W`) and biases of 0.1. With Glorot kernels
+    and zero biases the primary capsules start at length ~0.006 and the
+    class capsules, squashed twice, at ~1e-8; their gradients then fall
+    below Adam's epsilon and training stays at chance (measured on MNIST).
 
     Args:
         input_shape: image shape `(height, width, channels)`.
@@ -75,11 +90,18 @@ class CapsNet(CapsuleClassifier):
         self.primary_dim = primary_dim
         self.capsule_dim = capsule_dim
         images = keras.Input(self.image_shape)
-        x = keras.layers.Conv2D(conv_filters, 9, activation="relu", name="conv")(images)
-        x = PrimaryCapsule(primary_capsules, primary_dim, 9, strides=2, name="primary")(x)
+        x = keras.layers.Conv2D(
+            conv_filters, 9, activation="relu", name="conv",
+            kernel_initializer=_truncated_normal(0.05), bias_initializer=_BIAS,
+        )(images)
+        x = PrimaryCapsule(
+            primary_capsules, primary_dim, 9, strides=2, name="primary",
+            kernel_initializer=_truncated_normal(0.01), bias_initializer=_BIAS,
+        )(x)
         self.features = keras.Model(images, x, name="features")
         self.digit_capsules = Capsule(
-            num_classes, capsule_dim, router=deserialize_router(router), name="class_capsules"
+            num_classes, capsule_dim, router=deserialize_router(router),
+            kernel_initializer=_truncated_normal(0.01), name="class_capsules",
         )
         self.digit_capsules.build(x.shape)
         if self.reconstruction:
