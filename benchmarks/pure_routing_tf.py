@@ -3,8 +3,9 @@
 The same math as the library's routers (see their docstrings and the
 float64 references in tests/reference/), written the way a TensorFlow user
 would: `tf` einsums under `tf.function(jit_compile=True)`, on votes
-transposed to the parent-major `(batch, out, in, dim)` layout (faster with
-XLA on CPU than einsums on `(batch, in, out, dim)`). `ROUTERS[class name](config, weights)` returns
+transposed to the parent-major `(batch, out, in, dim)` layout where that is
+faster with XLA on CPU than einsums on `(batch, in, out, dim)` (all but
+self-routing). `ROUTERS[class name](config, weights)` returns
 `route(votes) -> (poses, activations)` for the router's `get_config()` and
 its weights `{name: numpy array}`; `activations=None` (all children active).
 """
@@ -152,8 +153,9 @@ def self_routing(config, weights):
     bias = _array(weights, "routing_bias")  # (I, J)
 
     def route(votes):
+        # Child-major: XLA fuses the multiply-and-sum; no transpose needed.
         in_caps = votes.shape[1]
-        r = tf.nn.softmax(tf.einsum("bijd,ijd->bij", votes, kernel) + bias, axis=-1)
+        r = tf.nn.softmax(tf.reduce_sum(votes * kernel, axis=-1) + bias, axis=-1)
         mass = tf.reduce_sum(r, axis=1)
         poses = tf.einsum("bij,bijd->bjd", r, votes) / (mass[..., None] + 1e-7)
         return poses, mass / (in_caps + 1e-7)
@@ -188,7 +190,8 @@ def em(config, weights):
             a_out = tf.sigmoid(logits)
             if t < iterations - 1:
                 log_p = -0.5 * _dot(sq_dev, 1.0 / var)
-                log_p = log_p - 0.5 * tf.reduce_sum(log_var + math.log(2 * math.pi), -1, keepdims=True)
+                log_norm = tf.reduce_sum(log_var + math.log(2 * math.pi), -1, keepdims=True)
+                log_p = log_p - 0.5 * log_norm
                 r = tf.nn.softmax(tf.math.log_sigmoid(logits)[..., None] + log_p, axis=1)
         return mu, a_out
 

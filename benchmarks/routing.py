@@ -16,7 +16,8 @@ gradient of a scalar of it w.r.t. the votes, jitted with XLA on TF
 (`tf.function(jit_compile=True)`) and JAX (`jax.jit`), eager on torch.
 `--torch-compile` adds `torch.compile` of the pure torch router as a third
 column (information only: ours runs eager). Prints ms per step, median
-(min) of `--repeats` after warm-up, and the ratio ours / pure of medians.
+(min) of `--repeats` after warm-up, the ratio ours / pure of the median
+wall times and, steadier on a shared machine, of the median CPU times.
 """
 
 import argparse
@@ -32,7 +33,11 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BACKENDS = ("tensorflow", "torch", "jax")
-PURE_MODULES = {"tensorflow": "pure_routing_tf", "torch": "pure_routing_torch", "jax": "pure_routing_jax"}
+PURE_MODULES = {
+    "tensorflow": "pure_routing_tf",
+    "torch": "pure_routing_torch",
+    "jax": "pure_routing_jax",
+}
 FORWARD_RTOL = 1e-4
 GRADIENT_RTOL = 1e-3
 # Votes are 0.1 * N(0, 1), the scale of real capsule votes: with N(0, 1), the
@@ -82,21 +87,28 @@ def randomise_weights(router, seed=1):
 
 
 def time_interleaved(fns, x, warmup=2, repeats=5):
-    """{name: (median ms, min ms)}; the functions alternate within each
-    repeat (order reversed every other repeat) so load drifts hit all."""
+    """{name: (median ms, min ms, median CPU ms of this process)}; the
+    functions alternate within each repeat (order reversed every other
+    repeat) so load drifts hit all. CPU time (all threads) is less
+    sensitive than wall time to other processes on a shared machine."""
     from _backend import block
 
     for fn in fns.values():
         for _ in range(warmup):
             block(fn(x)[0])
     times = {name: [] for name in fns}
+    cpu_times = {name: [] for name in fns}
     names = list(fns)
     for rep in range(repeats):
         for name in names if rep % 2 == 0 else names[::-1]:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             block(fns[name](x)[0])
             times[name].append((time.perf_counter() - start) * 1e3)
-    return {n: (statistics.median(t), min(t)) for n, t in times.items()}
+            cpu_times[name].append((time.process_time() - cpu_start) * 1e3)
+    return {
+        n: (statistics.median(t), min(t), statistics.median(cpu_times[n]))
+        for n, t in times.items()
+    }
 
 
 def worker(args):
@@ -129,7 +141,10 @@ def worker(args):
             poses, activations = router(v)
             return keras.ops.sum(poses * poses) + keras.ops.sum(activations)
 
-        steps = {"ours": grad_step(ours_loss), "pure": grad_step(lambda v: pure.loss(pure_route(v)))}
+        steps = {
+            "ours": grad_step(ours_loss),
+            "pure": grad_step(lambda v: pure.loss(pure_route(v))),
+        }
         if args.torch_compile and args.backend == "torch":
             import torch
 
@@ -137,18 +152,26 @@ def worker(args):
             steps["compiled"] = grad_step(lambda v: pure.loss(compiled(v)))
 
         errors = {}
-        for out, ours_out, pure_out in zip(("poses", "activations"), router(votes), pure_route(votes)):
-            errors[out] = check_close(f"{name} {out}", to_numpy(ours_out), to_numpy(pure_out), FORWARD_RTOL)
+        outputs = zip(("poses", "activations"), router(votes), pure_route(votes))
+        for out, ours_out, pure_out in outputs:
+            errors[out] = check_close(
+                f"{name} {out}", to_numpy(ours_out), to_numpy(pure_out), FORWARD_RTOL
+            )
         ours_grad = to_numpy(steps["ours"](votes)[1])
         for other in list(steps)[1:]:
             errors[f"{other} gradient"] = check_close(
-                f"{name} {other} gradient", ours_grad, to_numpy(steps[other](votes)[1]), GRADIENT_RTOL
+                f"{name} {other} gradient",
+                ours_grad,
+                to_numpy(steps[other](votes)[1]),
+                GRADIENT_RTOL,
             )
         timings = time_interleaved(steps, votes, repeats=args.repeats)
-        results[name] = {k: {"median_ms": m, "min_ms": b} for k, (m, b) in timings.items()}
+        results[name] = {
+            k: {"median_ms": m, "min_ms": b, "median_cpu_ms": c} for k, (m, b, c) in timings.items()
+        }
         results[name]["max_relative_error"] = errors
-        print(f"{args.backend} {name}: " + ", ".join(
-            f"{k} {m:.1f} ({b:.1f})" for k, (m, b) in timings.items()), file=sys.stderr, flush=True)
+        summary = ", ".join(f"{k} {m:.1f} ({b:.1f})" for k, (m, b, _) in timings.items())
+        print(f"{args.backend} {name}: {summary}", file=sys.stderr, flush=True)
     print("RESULT " + json.dumps(results))
 
 
@@ -188,16 +211,20 @@ def main():
     print(f"votes {args.shape}, forward+backward, ms median (min) of {args.repeats}, "
           "interleaved; ratio = ours / pure (medians); "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}")
-    header = f"{'router':<22} {'backend':<11}{'ours':>18}{'pure':>18}{'ratio':>7}"
+    header = f"{'router':<22} {'backend':<11}{'ours':>18}{'pure':>18}{'ratio':>7}{'cpu ratio':>10}"
     if args.torch_compile:
         header += f"{'torch.compile(pure)':>22}"
     print(header)
-    for name in (args.routers.split(",") if args.routers else routers()):
+    names = list(dict.fromkeys(n for rows in table.values() for n in rows))
+    for name in names:
         for backend, rows in table.items():
+            if name not in rows:
+                continue
             r = rows[name]
             cells = [f"{r[k]['median_ms']:.1f} ({r[k]['min_ms']:.1f})" for k in ("ours", "pure")]
             line = f"{name:<22} {backend:<11}{cells[0]:>18}{cells[1]:>18}"
             line += f"{r['ours']['median_ms'] / r['pure']['median_ms']:>7.2f}"
+            line += f"{r['ours']['median_cpu_ms'] / r['pure']['median_cpu_ms']:>10.2f}"
             if "compiled" in r:
                 line += f"{r['compiled']['median_ms']:>14.1f} ({r['compiled']['min_ms']:.1f})"
             print(line)
