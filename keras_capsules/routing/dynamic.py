@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_capsules.ops import safe_norm, squash
 from keras_capsules.routing.base import Router
+from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
 from keras_capsules.validation import one_of, positive_float, positive_int
 
 AGREEMENTS = ("dot", "cosine", "euclidean")
@@ -75,29 +76,37 @@ class DynamicRouting(Router):
     def route(self, votes, activations):
         del activations  # Dynamic routing does not use child activations.
         out_caps = votes.shape[2]
-        logits = None
+        u = parent_major(votes)
+        # Every iteration but the last only feeds the logits.
+        early = ops.stop_gradient(u) if self.stop_gradient else u
+        early_norm = safe_norm(early) if self.agreement == "cosine" else None
+        logits = coefficients = None
         for r in range(self.iterations):
             last = r == self.iterations - 1
-            u = votes if last or not self.stop_gradient else ops.stop_gradient(votes)
+            uu = u if last else early
             if logits is None:
                 # softmax(0) is uniform: skip the softmax and one einsum.
-                coefficients = ops.full_like(votes[..., 0], 1.0 / out_caps)
-                s = ops.sum(u, axis=1) / out_caps
+                s = ops.sum(uu, axis=2) / out_caps
             else:
-                coefficients = ops.softmax(logits / self.temperature, axis=-1)
-                s = ops.einsum("bij,bijd->bjd", coefficients, u)
+                coefficients = ops.softmax(logits / self.temperature, axis=1)
+                s = weighted_sum(coefficients, uu)
             v = squash(s)
             if not last:
-                update = self._agreement(u, v) * self.step_size
+                update = self._agreement(uu, v, early_norm) * self.step_size
                 logits = update if logits is None else logits + update
+        if coefficients is None:
+            coefficients = ops.full_like(votes[..., 0], 1.0 / out_caps)
+        else:
+            coefficients = swap_caps(coefficients)
         return v, safe_norm(v), coefficients
 
-    def _agreement(self, u, v):
+    def _agreement(self, u, v, u_norm):
+        """`(batch, out, in)` agreement of parent-major votes `u` with `v`."""
         if self.agreement == "euclidean":
-            return -ops.sum(ops.square(u - v[:, None]), axis=-1)
-        dot = ops.einsum("bijd,bjd->bij", u, v)
+            return -ops.sum(ops.square(u - v[:, :, None]), axis=-1)
+        dot = agreement(u, v)
         if self.agreement == "cosine":
-            return dot / (safe_norm(u) * safe_norm(v)[:, None, :])
+            return dot / (u_norm * safe_norm(v)[:, :, None])
         return dot
 
     def get_config(self):

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_capsules.routing.base import Router
+from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
 from keras_capsules.validation import positive_float, positive_int
 
 # Added to the summed assignment weights so a parent that receives nothing
@@ -110,20 +111,19 @@ class EMRouting(Router):
         dtype = votes.dtype
         out_caps = votes.shape[2]
         in_caps = ops.cast(ops.shape(votes)[1], dtype)
-        if activations is None:
-            activations = ops.ones_like(votes[:, :, 0, 0])
+        u = parent_major(votes)  # (batch, out_caps, in_caps, P)
         beta_u = ops.cast(self.beta_u, dtype)[:, None]
         beta_a = ops.cast(self.beta_a, dtype)
-        a_in = activations[:, :, None]
-        coefficients = ops.full_like(votes[..., 0], 1.0 / out_caps)
+        # No activations: every child is active, `R * a_in` is `R`.
+        a_in = None if activations is None else activations[:, None, :]
+        coefficients = ops.full_like(u[..., 0], 1.0 / out_caps)
         for t, lam in enumerate(self.inverse_temperatures()):
             # M-step: fit each parent's Gaussian to its weighted votes.
-            weights = coefficients * a_in
-            weight_sum = ops.sum(weights, axis=1) + _RSUM_EPSILON
-            mu = ops.einsum("bij,bijp->bjp", weights, votes) / weight_sum[..., None]
-            sq_dev = ops.square(votes - mu[:, None])
-            var = ops.einsum("bij,bijp->bjp", weights, sq_dev) / weight_sum[..., None]
-            var = var + self.epsilon
+            weights = coefficients if a_in is None else coefficients * a_in
+            weight_sum = ops.sum(weights, axis=2) + _RSUM_EPSILON
+            mu = weighted_sum(weights, u) / weight_sum[..., None]
+            sq_dev = ops.square(u - mu[:, :, None])
+            var = weighted_sum(weights, sq_dev) / weight_sum[..., None] + self.epsilon
             log_var = ops.log(var)
             scale = weight_sum * (out_caps / in_caps)
             cost = ops.sum(beta_u + 0.5 * log_var, axis=-1) * scale
@@ -131,10 +131,10 @@ class EMRouting(Router):
             a_out = ops.sigmoid(logits)
             if t < self.iterations - 1:
                 # E-step: R_ij proportional to a_j * N(V_ij | mu_j, var_j).
-                log_p = -0.5 * ops.einsum("bijp,bjp->bij", sq_dev, 1.0 / var)
-                log_p = log_p - 0.5 * ops.sum(log_var + math.log(2 * math.pi), axis=-1)[:, None]
-                coefficients = ops.softmax(ops.log_sigmoid(logits)[:, None] + log_p, axis=-1)
-        return mu, a_out, coefficients
+                log_p = -0.5 * agreement(sq_dev, 1.0 / var)
+                log_p = log_p - 0.5 * ops.sum(log_var + math.log(2 * math.pi), axis=-1)[..., None]
+                coefficients = ops.softmax(ops.log_sigmoid(logits)[..., None] + log_p, axis=1)
+        return mu, a_out, swap_caps(coefficients)
 
     def get_config(self):
         config = super().get_config()

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_capsules.ops import safe_norm
 from keras_capsules.routing.base import Router
+from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
 from keras_capsules.validation import positive_float, positive_int
 
 LAYER_NORM_EPSILON = 1e-5
@@ -64,13 +65,18 @@ class InvertedDotProductRouting(Router):
     def route(self, votes, activations):
         del activations  # Inverted dot-product routing does not use them.
         out_caps, dim = votes.shape[2], votes.shape[3]
+        u = parent_major(votes)
         # The first update has uniform coefficients: no softmax, no einsum.
-        coefficients = ops.full_like(votes[..., 0], 1.0 / out_caps)
-        v = self._layer_norm(ops.sum(votes, axis=1) / out_caps)
+        coefficients = None
+        v = self._layer_norm(ops.sum(u, axis=2) / out_caps)
         for _ in range(self.iterations - 1):
-            logits = ops.einsum("bijd,bjd->bij", votes, v) / (dim**0.5 * self.temperature)
-            coefficients = ops.softmax(logits, axis=-1)
-            v = self._layer_norm(ops.einsum("bij,bijd->bjd", coefficients, votes))
+            logits = agreement(u, v) / (dim**0.5 * self.temperature)
+            coefficients = ops.softmax(logits, axis=1)
+            v = self._layer_norm(weighted_sum(coefficients, u))
+        if coefficients is None:
+            coefficients = ops.full_like(votes[..., 0], 1.0 / out_caps)
+        else:
+            coefficients = swap_caps(coefficients)
         return v, safe_norm(v), coefficients
 
     def _layer_norm(self, x):

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_capsules.ops import efficient_squash, safe_norm
 from keras_capsules.routing.base import Router
+from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
 from keras_capsules.validation import positive_float
 
 
@@ -61,13 +62,14 @@ class SelfAttentionRouting(Router):
     def route(self, votes, activations):
         del activations  # Self-attention routing does not use them.
         dim = votes.shape[-1]
-        consensus = ops.sum(votes, axis=1)
-        logits = ops.einsum("bijd,bjd->bij", votes, consensus) / (dim**0.5 * self.temperature)
-        coefficients = ops.softmax(logits, axis=-1)
+        u = parent_major(votes)
+        consensus = ops.sum(u, axis=2)
+        logits = agreement(u, consensus) / (dim**0.5 * self.temperature)
+        coefficients = ops.softmax(logits, axis=1)
         if self.use_priors:
-            coefficients = coefficients + ops.cast(self.priors, coefficients.dtype)
-        poses = efficient_squash(ops.einsum("bij,bijd->bjd", coefficients, votes))
-        return poses, safe_norm(poses), coefficients
+            coefficients = coefficients + ops.transpose(ops.cast(self.priors, u.dtype), (1, 0))
+        poses = efficient_squash(weighted_sum(coefficients, u))
+        return poses, safe_norm(poses), swap_caps(coefficients)
 
     def get_config(self):
         config = super().get_config()

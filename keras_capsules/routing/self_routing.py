@@ -60,7 +60,10 @@ class SelfRouting(Router):
     def route(self, votes, activations):
         kernel = ops.cast(self.routing_kernel, votes.dtype)
         bias = ops.cast(self.routing_bias, votes.dtype)
-        logits = ops.einsum("bijd,ijd->bij", votes, kernel) + bias
+        # A multiply-and-sum, not an einsum: each (i, j) has its own `w`, so
+        # an einsum is a batched matvec over (i, j) that torch runs only
+        # after copying the votes to (in, out, batch, dim); XLA fuses both.
+        logits = ops.sum(votes * kernel, axis=-1) + bias
         coefficients = ops.softmax(logits, axis=-1)
         if activations is None:
             weighted = coefficients

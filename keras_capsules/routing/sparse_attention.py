@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_capsules.ops import safe_norm, sparsemax, squash, top_k_softmax
 from keras_capsules.routing.base import Router
+from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
 from keras_capsules.validation import positive_float, positive_int
 
 
@@ -58,13 +59,15 @@ class SparseAttentionRouting(Router):
     def route(self, votes, activations):
         del activations  # Sparse attention routing does not use them.
         dim = votes.shape[-1]
-        consensus = ops.sum(votes, axis=1)
-        logits = ops.einsum("bijd,bjd->bij", votes, consensus) / (dim**0.5 * self.temperature)
+        u = parent_major(votes)
+        consensus = ops.sum(u, axis=2)
+        logits = agreement(u, consensus) / (dim**0.5 * self.temperature)
+        logits = swap_caps(logits)  # the sparse maps work on the last axis
         if self.top_k is None:
             coefficients = sparsemax(logits, axis=-1)
         else:
             coefficients = top_k_softmax(logits, self.top_k)
-        poses = squash(ops.einsum("bij,bijd->bjd", coefficients, votes))
+        poses = squash(weighted_sum(swap_caps(coefficients), u))
         return poses, safe_norm(poses), coefficients
 
     def get_config(self):
