@@ -6,11 +6,15 @@ step is one `jax.jit` of `jax.value_and_grad` and a hand-written Adam
 (Keras's update rule and epsilon; optax is not a dependency), with the
 parameters and optimiser state donated.
 
-The strided primary-capsule convolution is 81 strided slices + one matmul:
-`lax.conv`'s input gradient for it runs at ~1.3 GFLOP/s on XLA CPU (about
-20x slower for the whole step). The first convolution (stride 1, one
-input channel, no input gradient) is a plain `lax.conv`.
+The strided primary-capsule convolution is, with `primary="matmul"` (the
+default on CPU), 81 strided slices + one matmul: `lax.conv`'s input
+gradient for it runs at ~1.3 GFLOP/s on XLA CPU (about 20x slower for the
+whole step); `primary="conv"` (the default on GPU) is a plain `lax.conv`.
+The first convolution (stride 1, one input channel, no input gradient) is
+always a plain `lax.conv`.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -23,22 +27,31 @@ def squash(s):
     return s * (n2 / (1.0 + n2) / jnp.sqrt(n2 + EPSILON))
 
 
-def features(params, images):
+def default_primary():
+    return "matmul" if jax.default_backend() == "cpu" else "conv"
+
+
+def conv(x, kernel, strides):
+    return jax.lax.conv_general_dilated(
+        x, kernel, strides, "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def features(params, images, primary="matmul"):
     """Images NHWC (B, 28, 28, 1) -> squashed primary capsules (B, 1152, 8)."""
-    h = jax.lax.conv_general_dilated(
-        images, params["conv_kernel"], (1, 1), "VALID",
-        dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    h = jax.nn.relu(h + params["conv_bias"])  # (B, 20, 20, 256)
-    patches = jnp.concatenate(
-        [h[:, dy:dy + 11:2, dx:dx + 11:2, :] for dy in range(9) for dx in range(9)], -1)
-    kernel = params["primary_kernel"].reshape(-1, params["primary_kernel"].shape[-1])
-    p = patches @ kernel + params["primary_bias"]  # (B, 6, 6, 256)
+    h = jax.nn.relu(conv(images, params["conv_kernel"], (1, 1)) + params["conv_bias"])
+    if primary == "conv":
+        p = conv(h, params["primary_kernel"], (2, 2))
+    else:
+        patches = jnp.concatenate(
+            [h[:, dy:dy + 11:2, dx:dx + 11:2, :] for dy in range(9) for dx in range(9)], -1)
+        p = patches @ params["primary_kernel"].reshape(-1, params["primary_kernel"].shape[-1])
+    p = p + params["primary_bias"]  # (B, 6, 6, 256)
     return squash(p.reshape(p.shape[0], -1, 8))
 
 
-def forward(params, images):
+def forward(params, images, primary="matmul"):
     """-> class capsules (B, 10, 16) and their lengths (B, 10)."""
-    u = features(params, images)
+    u = features(params, images, primary)
     votes = jnp.einsum("bid,ijde->bjie", u, params["capsule_kernel"])  # parent-major
     v = squash(jnp.sum(votes, axis=2) / NUM_CLASSES)  # softmax(0) is uniform
     logits = None
@@ -58,9 +71,9 @@ def decode(params, masked):
     return h
 
 
-def loss_fn(params, images, labels):
+def loss_fn(params, images, labels, primary="matmul"):
     """Margin loss + 0.392 x reconstruction MSE; `labels` integer (B,)."""
-    v, scores = forward(params, images)
+    v, scores = forward(params, images, primary)
     onehot = jax.nn.one_hot(labels, NUM_CLASSES, dtype=v.dtype)
     margin = jnp.mean(jnp.sum(
         onehot * jax.nn.relu(0.9 - scores) ** 2
@@ -88,15 +101,17 @@ def adam_update(params, grads, state):
     return params, {"m": m, "v": v, "step": t}
 
 
-def _train_step(params, state, images, labels):
-    loss, grads = jax.value_and_grad(loss_fn)(params, images, labels)
+def _train_step(params, state, images, labels, primary):
+    loss, grads = jax.value_and_grad(loss_fn)(params, images, labels, primary)
     params, state = adam_update(params, grads, state)
     return params, state, loss
 
 
-train_step = jax.jit(_train_step, donate_argnums=(0, 1))
-"""`(params, adam_state, images, labels) -> (params, adam_state, loss)`,
-jitted, parameters and state donated."""
+def make_train_step(primary=None):
+    """`step(params, adam_state, images, labels) -> (params, adam_state, loss)`,
+    jitted, parameters and state donated."""
+    step = functools.partial(_train_step, primary=primary or default_primary())
+    return jax.jit(step, donate_argnums=(0, 1))
 
 
 def to_params(weights):

@@ -4,6 +4,12 @@ usage: python benchmarks/train_step.py [--models capsnet,efficient]
            [--batches 32,128] [--backends tensorflow,torch,jax]
            [--jit off,on] [--references torch,torch-compile,jax]
            [--repeats 3] [--steps 5] [--warmup 2] [--json out.json]
+           [--peak-tflops fp32=67,tf32=495]
+
+`--backends` entries may carry their own jit setting: `torch:off,jax:on`
+runs eager torch and jitted JAX only. A quick run:
+
+    python benchmarks/train_step.py --models capsnet --batches 32 --repeats 3 --steps 3
 
 Ours: `keras_capsules.models.CapsNet()` (8,215,568 parameters) and
 `EfficientCapsNet()`, MNIST-sized, trained by Keras's own train step:
@@ -28,6 +34,13 @@ images/s over `--repeats` rounds, ours / faster reference (median and
 best), peak RSS and its ratio to the reference of the same framework (for
 TensorFlow: to the faster reference), and the compile + first-step time.
 Machines here are shared and noisy: only same-run ratios mean much.
+
+On a GPU (benchmarks/gpu.sh) the references run on it too (the pure JAX
+one with a plain `lax.conv` there), each worker reports its peak device
+memory, and `--peak-tflops` adds the fraction of the FLOP floor of the
+CapsNet step (153.9 GFLOP per step at batch 128, 1.2023 GFLOP per image,
+forward + backward of every layer; Adam and the elementwise work are
+negligible) that the measured images/s reach.
 """
 
 import argparse
@@ -46,6 +59,7 @@ ROOT = os.path.dirname(HERE)
 BACKENDS = ("tensorflow", "torch", "jax")
 MODELS = ("capsnet", "efficient")
 REFERENCES = ("torch", "torch-compile", "jax")
+CAPSNET_GFLOP_PER_IMAGE = 153.9 / 128
 
 
 # ----------------------------------------------------------------- worker
@@ -88,9 +102,10 @@ def torch_reference_step(config, data):
     from pure_torch_capsnet import PureTorchCapsNet, make_train_step, to_nchw
 
     weights = init_weights()
-    model = PureTorchCapsNet(weights, primary=config.get("primary", "conv"))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = PureTorchCapsNet(weights, primary=config.get("primary", "conv")).to(device)
     train = make_train_step(model, compile=config["jit"])
-    tensors = [(to_nchw(x), torch.from_numpy(y)) for x, y in data]
+    tensors = [(to_nchw(x).to(device), torch.from_numpy(y).to(device)) for x, y in data]
 
     def step(i):
         return float(train(*tensors[i % len(tensors)]))
@@ -107,10 +122,11 @@ def jax_reference_step(config, data):
     weights = init_weights()
     state = {"params": ref.to_params(weights)}
     state["adam"] = ref.init_adam(state["params"])
+    train = ref.make_train_step()
     tensors = [(jnp.asarray(x), jnp.asarray(y)) for x, y in data]
 
     def step(i):
-        state["params"], state["adam"], loss = ref.train_step(
+        state["params"], state["adam"], loss = train(
             state["params"], state["adam"], *tensors[i % len(tensors)])
         return float(loss)
 
@@ -156,7 +172,27 @@ def worker(config):
             times.append(time.perf_counter() - start)
             i += 1
         reply("TIMES", times=times, cpu_s=time.process_time() - cpu, loss=loss)
-    reply("DONE", peak_rss_mb=peak_rss_mb(), rss_end_mb=rss_now_mb())
+    reply("DONE", peak_rss_mb=peak_rss_mb(), rss_end_mb=rss_now_mb(), **device_memory())
+    os._exit(0)  # no interpreter teardown (torch.compile's worker pools can hang it)
+
+
+def device_memory():
+    """Name and peak memory (MiB) of the accelerator this worker used, if any."""
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            return {"device": torch.cuda.get_device_name(),
+                    "peak_device_mb": torch.cuda.max_memory_allocated() / 2**20}
+    if "jax" in sys.modules:
+        import jax
+
+        device = jax.devices()[0]
+        if device.platform != "cpu":
+            stats = device.memory_stats() or {}
+            return {"device": device.device_kind,
+                    "peak_device_mb": stats.get("peak_bytes_in_use", float("nan")) / 2**20}
+    return {"device": "cpu"}
 
 
 def reply(kind, **fields):
@@ -171,7 +207,9 @@ class Worker:
         self.config, self.timeout, self.error = config, timeout, None
         self.result = {"times": [], "cpu_s": [], "losses": []}
         self.buffer = b""
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+        # JAX must not grab 75% of a GPU per worker: several are alive at once.
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1",
+               "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         if config["impl"] == "keras":
             env["KERAS_BACKEND"] = config["backend"]
         # A file, not a pipe: nobody reads stderr while the worker runs.
@@ -223,7 +261,10 @@ class Worker:
         done = self._read("DONE")
         if done is not None:
             self.result.update(done)
-        self.proc.wait()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 def label(config):
@@ -235,8 +276,8 @@ def label(config):
 def configurations(args, model, batch):
     configs = []
     common = dict(model=model, batch=batch, steps=args.steps, warmup=args.warmup)
-    for backend in args.backends:
-        for jit in args.jit:
+    for backend, jits in args.backends:
+        for jit in jits:
             configs.append(dict(common, impl="keras", backend=backend, jit=jit))
     if model == "capsnet":
         for ref in args.references:
@@ -256,16 +297,26 @@ def summarise(result, batch):
             "best": rounds[-1], "rounds": rounds}
 
 
+def over_budget(args):
+    return args.budget and time.monotonic() - args.started > args.budget
+
+
 def run_group(args, model, batch):
     configs = configurations(args, model, batch)
     workers = []
     for config in configs:
+        if over_budget(args):
+            print(f"  --budget spent: {label(config)} skipped", file=sys.stderr, flush=True)
+            continue
         print(f"[{time.strftime('%H:%M:%S')}] {model} batch {batch}: starting {label(config)} "
               f"jit={config['jit']}", file=sys.stderr, flush=True)
         workers.append(Worker(config, args.timeout))
         if workers[-1].error:
             print(f"  failed: {workers[-1].error}", file=sys.stderr, flush=True)
     for r in range(args.repeats):
+        if r and over_budget(args):
+            print(f"  --budget spent: {r} rounds only", file=sys.stderr, flush=True)
+            break
         live = [w for w in workers if not w.error]
         shift = r % max(len(live), 1)
         for w in live[shift:] + live[:shift]:
@@ -294,8 +345,43 @@ def add_ratios(rows):
                                  "best": speed["best"] / ref["best"]}
         rss_ref = same_framework_reference(row, refs) or fastest
         if row.get("peak_rss_mb") and rss_ref.get("peak_rss_mb"):
-            row["rss_vs_ref"] = {"ref": rss_ref["impl"],
-                                 "ratio": row["peak_rss_mb"] / rss_ref["peak_rss_mb"]}
+            row["rss_vs_ref"] = {
+                "ref": rss_ref["impl"],
+                "ratio": row["peak_rss_mb"] / rss_ref["peak_rss_mb"],
+                "over_imports": rss_over_imports(row) / rss_over_imports(rss_ref)}
+
+
+def rss_over_imports(row):
+    return row["peak_rss_mb"] - row["rss_baseline_mb"]
+
+
+def cpu_per_step(row):
+    """Median over rounds of process CPU seconds per step (all threads)."""
+    per_step = sorted(c / len(t) for c, t in zip(row["cpu_s"], row["times"]))
+    return per_step[len(per_step) // 2] if per_step else float("nan")
+
+
+def flop_floor(rows, peaks):
+    """Fraction of each peak reached by the CapsNet rows (median images/s)."""
+    names = list(peaks)
+    lines = [
+        f"\nCapsNet FLOP floor: {CAPSNET_GFLOP_PER_IMAGE:.4f} GFLOP per image (153.9 per step "
+        "of 128); peaks assumed: " + ", ".join(f"{k} {v:g} TFLOP/s" for k, v in peaks.items()),
+        "| batch | impl | compile | img/s median | " + " | ".join(
+            f"floor img/s at {k} | fraction of {k}" for k in names) + " | device memory MiB |",
+        "| ---: | --- | --- | ---: | " + " | ".join("---: | ---:" for _ in names) + " | ---: |",
+    ]
+    for r in rows:
+        if r["model"] != "capsnet" or r["error"] or not r["images_per_s"]:
+            continue
+        speed = r["images_per_s"]["median"]
+        cells = []
+        for k in names:
+            floor = peaks[k] * 1e3 / CAPSNET_GFLOP_PER_IMAGE
+            cells += [f"{floor:,.0f}", f"{speed / floor:.2%}"]
+        lines.append(f"| {r['batch']} | {label(r)} | {jit_label(r)} | {speed:.1f} | "
+                     + " | ".join(cells) + f" | {r.get('peak_device_mb', float('nan')):.0f} |")
+    return "\n".join(lines)
 
 
 def same_framework_reference(row, refs):
@@ -318,28 +404,34 @@ def jit_label(row):
 def markdown(rows):
     lines = [
         "| model | batch | impl | compile | img/s median | img/s best | ours/ref median (best) "
-        "| peak RSS MiB (over imports) | RSS / ref | compile+1st step s |",
-        "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | --- | ---: |",
+        "| CPU s/step | peak RSS MiB (over imports) | RSS / ref (over imports) "
+        "| compile+1st step s |",
+        "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | --- | ---: |",
     ]
     for r in rows:
         jit = jit_label(r)
         name = label(r)
         if r["error"]:
             lines.append(f"| {r['model']} | {r['batch']} | {name} | {jit} | failed: "
-                         f"{r['error']} | | | | | |")
+                         f"{r['error']} | | | | | | |")
             continue
         s = r["images_per_s"]
         ratio = r.get("vs_fastest_ref")
         ratio = (f"{ratio['median']:.2f} ({ratio['best']:.2f}) vs {ratio['ref']}"
                  if ratio else "")
         rss = r.get("rss_vs_ref")
-        rss = f"{rss['ratio']:.2f} vs {rss['ref']}" if rss else ""
+        rss = (f"{rss['ratio']:.2f} ({rss['over_imports']:.2f}) vs {rss['ref']}"
+               if rss else "")
         peak = r.get("peak_rss_mb", float("nan"))
         lines.append(
             f"| {r['model']} | {r['batch']} | {name} | {jit} | {s['median']:.1f} | "
-            f"{s['best']:.1f} | {ratio} | {peak:.0f} ({peak - r['rss_baseline_mb']:.0f}) | "
-            f"{rss} | {r['compile_s']:.1f} |")
+            f"{s['best']:.1f} | {ratio} | {cpu_per_step(r):.2f} | "
+            f"{peak:.0f} ({peak - r['rss_baseline_mb']:.0f}) | {rss} | {r['compile_s']:.1f} |")
     return "\n".join(lines)
+
+
+def parse_jit(text):
+    return [{"off": False, "on": True}[j] for j in text.split(",")]
 
 
 def load_average():
@@ -364,20 +456,33 @@ def main():
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps, compile included")
     parser.add_argument("--timeout", type=float, default=1200,
                         help="seconds a worker may take to compile, or to run one round")
+    parser.add_argument("--peak-tflops", default="",
+                        help="NAME=TFLOP/s,...: add the CapsNet rows' fraction of each peak")
+    parser.add_argument("--budget", type=float, default=0,
+                        help="seconds after which no worker starts and no round begins "
+                             "(at least one round still runs for the workers started)")
     parser.add_argument("--json", help="write all rows (every round) to this file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(json.loads(args.worker))
-    args.backends = [b for b in args.backends.split(",") if b]
-    args.jit = [{"off": False, "on": True}[j] for j in args.jit.split(",")]
+    try:
+        jit = parse_jit(args.jit)
+        args.backends = [(b.split(":")[0], parse_jit(b.split(":")[1]) if ":" in b else jit)
+                         for b in args.backends.split(",") if b]
+    except KeyError as e:
+        parser.error(f"--jit and backend suffixes take off and on. Received: {e}")
     args.references = [r for r in args.references.split(",") if r and r != "none"]
-    unknown = set(args.backends) - set(BACKENDS) or set(args.references) - set(REFERENCES)
+    unknown = ({b for b, _ in args.backends} - set(BACKENDS)
+               or set(args.references) - set(REFERENCES))
     if unknown:
         parser.error(f"unknown backend or reference: {sorted(unknown)}")
+    args.peak_tflops = dict(
+        (k, float(v)) for k, v in (p.split("=") for p in args.peak_tflops.split(",") if p))
 
     start_load = load_average()
     start = time.perf_counter()
+    args.started = time.monotonic()
     rows = []
     for model in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
@@ -386,8 +491,11 @@ def main():
     print(f"\nTrain step, {args.repeats} rounds x {args.steps} steps after {args.warmup} "
           f"warm-up steps; {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}); "
           f"load average {start_load[0]:.1f} at start, {end_load[0]:.1f} at end; "
-          f"{time.perf_counter() - start:.0f} s in all.")
+          f"{time.perf_counter() - start:.0f} s in all; devices: "
+          f"{', '.join(sorted({str(r.get('device', '?')) for r in rows}))}.")
     print(markdown(rows))
+    if args.peak_tflops:
+        print(flop_floor(rows, args.peak_tflops))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "load_average": [start_load, end_load],

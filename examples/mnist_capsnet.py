@@ -13,6 +13,11 @@ pairs. Data: MNIST from TFDS, shifted by up to 2 pixels. Optimiser: Adam
 
     KERAS_BACKEND=torch python examples/mnist_capsnet.py --epochs 1
 
+`--jit-compile auto` (the default) trains eagerly on torch: torch.compile
+measured no faster for this train step on CPU and compiles for minutes
+(`resolve_jit_compile` in common.py has the numbers); JAX jits, TensorFlow
+uses XLA only on a GPU.
+
 Writes training_log.csv, metrics.json, model.keras and figures (training
 curves, reconstructions, capsule-dimension perturbations as in the paper's
 Fig. 4, routing coefficients) to --output-dir (default runs/mnist_capsnet).

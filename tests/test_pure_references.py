@@ -7,6 +7,7 @@ makes the backends agree, so this runs on TensorFlow and torch only: on
 JAX, compiling the Keras model's gradient alone takes over a minute here.
 """
 
+import functools
 import os
 import sys
 
@@ -85,13 +86,14 @@ def _torch_loss_and_grads(torch, model, images, labels):
     return float(ref_loss.detach()), model.keras_layout({k: p.grad for k, p in model.weight.items()})
 
 
-def test_pure_jax_capsnet(keras_capsnet):
+@pytest.mark.parametrize("primary", ["matmul", "conv"])
+def test_pure_jax_capsnet(keras_capsnet, primary):
     jax = pytest.importorskip("jax")
     import pure_jax_capsnet as ref
 
     _, weights, (images, labels), loss, grads = keras_capsnet
-    ref_loss, ref_grads = jax.jit(jax.value_and_grad(ref.loss_fn))(
-        ref.to_params(weights), images, labels)
+    ref_loss, ref_grads = jax.jit(jax.value_and_grad(functools.partial(
+        ref.loss_fn, primary=primary)))(ref.to_params(weights), images, labels)
     assert_same(loss, grads, float(ref_loss), {k: np.asarray(g) for k, g in ref_grads.items()})
 
 
