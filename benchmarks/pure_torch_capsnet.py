@@ -132,30 +132,31 @@ def make_train_step(model, compile=False):
         loss = loss_fn(images, labels)
         loss.backward()
         optimizer.step()
-        return loss
+        return loss.detach()
 
     return step
 
 
 def _compare_primary(batch=32, repeats=5):
-    """Times the train step with each primary-capsule implementation."""
+    """Times the train step with each primary-capsule implementation, interleaved."""
     import time
 
     from capsnet_spec import batches, init_weights
 
     images, labels = batches(batch, 1)[0]
     x, y = to_nchw(images), torch.from_numpy(labels)
-    for primary in ("conv", "matmul"):
-        step = make_train_step(PureTorchCapsNet(init_weights(), primary))
-        step(x, y)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
+    steps = {p: make_train_step(PureTorchCapsNet(init_weights(), p)) for p in ("conv", "matmul")}
+    times = {p: [] for p in steps}
+    for _ in range(repeats + 1):  # the first round warms up
+        for primary, step in steps.items():
+            start, cpu = time.perf_counter(), time.process_time()
             step(x, y)
-            times.append(time.perf_counter() - start)
-        times.sort()
-        print(f"primary={primary}: {batch / times[len(times) // 2]:.1f} images/s median, "
-              f"{batch / times[0]:.1f} best (batch {batch}, {repeats} steps)")
+            times[primary].append((time.perf_counter() - start, time.process_time() - cpu))
+    for primary, t in times.items():
+        wall, cpu = sorted(w for w, _ in t[1:]), sorted(c for _, c in t[1:])
+        print(f"primary={primary}: {batch / wall[len(wall) // 2]:.1f} images/s median, "
+              f"{batch / wall[0]:.1f} best, {cpu[len(cpu) // 2]:.2f} CPU s/step "
+              f"(batch {batch}, {repeats} steps)")
 
 
 if __name__ == "__main__":

@@ -172,19 +172,20 @@ def worker(config):
             times.append(time.perf_counter() - start)
             i += 1
         reply("TIMES", times=times, cpu_s=time.process_time() - cpu, loss=loss)
-    reply("DONE", peak_rss_mb=peak_rss_mb(), rss_end_mb=rss_now_mb(), **device_memory())
+    reply("DONE", peak_rss_mb=peak_rss_mb(), rss_end_mb=rss_now_mb(),
+          **device_memory(config["backend"]))
     os._exit(0)  # no interpreter teardown (torch.compile's worker pools can hang it)
 
 
-def device_memory():
+def device_memory(backend):
     """Name and peak memory (MiB) of the accelerator this worker used, if any."""
-    if "torch" in sys.modules:
+    if backend == "torch":
         import torch
 
         if torch.cuda.is_available():
             return {"device": torch.cuda.get_device_name(),
                     "peak_device_mb": torch.cuda.max_memory_allocated() / 2**20}
-    if "jax" in sys.modules:
+    if backend == "jax":
         import jax
 
         device = jax.devices()[0]

@@ -56,9 +56,9 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None):
                         help="data-parallel on all local devices (JAX, TensorFlow)")
     parser.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
                         help="compile the train step: XLA on TF and JAX, torch.compile on "
-                             "torch. auto: the faster measured choice (see "
-                             "resolve_jit_compile): jit on JAX, XLA on TF only with a "
-                             "GPU, eager torch")
+                             "torch. auto: what measured faster (see resolve_jit_compile): "
+                             "eager torch, jitted JAX; TF: XLA for the CapsNet, else only "
+                             "with a GPU")
     parser.add_argument("--steps-per-epoch", type=int, default=None,
                         help="limit the steps of each epoch (default: the whole split)")
     parser.add_argument("--smoke", action="store_true",
@@ -125,24 +125,30 @@ class Throughput(keras.callbacks.Callback):
         return counted * self.batch_size / self.seconds
 
 
-def resolve_jit_compile(flag, backend=None):
+def resolve_jit_compile(flag, backend=None, xla_on_cpu=False):
     """`--jit-compile` -> `model.compile(jit_compile=...)`.
 
-    `"auto"` on torch is eager (`False`): `jit_compile=True` (Keras wraps
-    the train step in `torch.compile`) measured no faster for the CapsNet
-    train step on CPU and its first step takes minutes. Measured with
-    `python benchmarks/train_step.py --models capsnet --batches 32
-    --backends torch --references torch,torch-compile --steps 3` on a
-    2-core machine shared with two training runs (torch 2.13, Keras
-    3.15.1): eager 4.0 images/s (2.9 CPU s per step), torch.compile 3.3
-    images/s median, 5.0 best (3.5 CPU s per step), first step 19 s eager
-    vs 240 s compiled. Elsewhere `"auto"` is Keras's own: XLA on JAX; on
-    TensorFlow XLA only when a GPU is present.
+    `"auto"` picks what measured faster for the train step
+    (`benchmarks/train_step.py`, batch 32, a 2-core CPU shared with two
+    training runs, Keras 3.15.1; images/s, median of 3 interleaved rounds):
+
+    - torch: eager. Keras's `jit_compile=True` (the train step under
+      `torch.compile`, torch 2.13) gave the CapsNet 3.3 images/s (5.0 best,
+      3.5 CPU s per step) against 4.0 eager (2.9 CPU s per step), and its
+      first step took 240 s instead of 19 s. (On a GPU: not measured yet.)
+    - TensorFlow: XLA when `xla_on_cpu` (the CapsNet example: 9.3 images/s
+      with XLA, 3.1 without), else Keras's own `"auto"`, which uses XLA only
+      with a GPU (Efficient-CapsNet: 138 images/s without XLA, 94 with).
+    - JAX: Keras's `"auto"`, i.e. jit (CapsNet 7.5 images/s; Efficient-CapsNet
+      55 jitted, 30 op by op).
     """
     if flag != "auto":
         return flag == "true"
-    if (backend or keras.backend.backend()) == "torch":
+    backend = backend or keras.backend.backend()
+    if backend == "torch":
         return False
+    if backend == "tensorflow" and xla_on_cpu:
+        return True
     return "auto"
 
 
@@ -152,7 +158,7 @@ def steps_in(dataset):
 
 
 def run(name, description, build_model, load_data, make_optimizer, figures=None,
-        epochs=10, batch_size=32, routers=True, argv=None):
+        epochs=10, batch_size=32, routers=True, argv=None, xla_on_cpu=False):
     """Trains, evaluates and reports one example; returns the metrics dict.
 
     build_model(args) -> keras.Model; load_data(args, batch_size, drop_remainder)
@@ -175,7 +181,9 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             train, test = load_data(args, args.batch_size, drop_remainder=replicas > 1)
             steps = args.steps_per_epoch or steps_in(train)
             model = build_model(args)
-            jit = resolve_jit_compile(args.jit_compile)
+            # Keras's "auto" keeps XLA off under tf.distribute; so do we.
+            jit = resolve_jit_compile(args.jit_compile,
+                                      xla_on_cpu=xla_on_cpu and not args.distribute)
             model.compile(optimizer=make_optimizer(args, steps or 1),
                           metrics=["accuracy"], jit_compile=jit)
             throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)

@@ -123,3 +123,5 @@ def test_jit_compile_flag():
     assert resolve("true") is True and resolve("false") is False
     assert resolve("auto", "torch") is False  # measured: eager is the faster on torch
     assert resolve("auto", "jax") == resolve("auto", "tensorflow") == "auto"
+    assert resolve("auto", "tensorflow", xla_on_cpu=True) is True
+    assert resolve("false", "tensorflow", xla_on_cpu=True) is False
