@@ -29,8 +29,10 @@
 # all. The default plan (CapsNet at batch 128 and 32: torch eager, torch
 # with torch.compile, JAX jit; pure torch, pure torch + torch.compile, pure
 # JAX) is sized for about 6-8 minutes; GPU_FULL=1 adds JAX without jit and
-# Efficient-CapsNet (longer: run it alone, with a fresh budget).
-# Not run yet: no device machine was lent to the session that wrote it.
+# Efficient-CapsNet (longer: run it alone, with a fresh budget). GPU_SMOKE=1
+# runs a tiny plan anywhere (batch 2, one step), to check the plumbing.
+# Not run on a GPU yet: no device machine was lent to the session that
+# wrote it (only GPU_SMOKE=1 on the CPU machine).
 
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,14 +58,25 @@ PY
 
 models=capsnet
 backends=torch:off,torch:on,jax:on
+references=torch,torch-compile,jax
+sizes=(--batches 128,32 --repeats 3 --steps 20 --warmup 3)
+limits=(--budget 360 --timeout 150)
+hard_limit=570
 if [ "${GPU_FULL:-0}" = 1 ]; then
     models=capsnet,efficient
     backends=torch:off,torch:on,jax:off,jax:on
 fi
+if [ "${GPU_SMOKE:-0}" = 1 ]; then  # checks this script's plumbing on any machine
+    backends=torch:off,jax:on
+    references=torch,jax
+    sizes=(--batches 2 --repeats 1 --steps 1 --warmup 1)
+    limits=(--timeout 1200)
+    hard_limit=3600
+fi
 
 # --timeout bounds each worker's compile (and each round), so that a slow
-# torch.compile costs one row, not the whole table.
-timeout 570 python3 benchmarks/train_step.py --budget 360 \
-    --models "$models" --batches 128,32 --backends "$backends" \
-    --references torch,torch-compile,jax --repeats 3 --steps 20 --warmup 3 \
-    --timeout 150 --peak-tflops fp32=67,tf32=495 --json "$OUT/gpu.json" 2>&1 | tee "$OUT/gpu.log"
+# torch.compile costs one row, not the whole table; --budget stops starting
+# workers and rounds in time for the tables to print.
+timeout "$hard_limit" python3 benchmarks/train_step.py "${limits[@]}" \
+    --models "$models" --backends "$backends" --references "$references" "${sizes[@]}" \
+    --peak-tflops fp32=67,tf32=495 --json "$OUT/gpu.json" 2>&1 | tee "$OUT/gpu.log"
