@@ -56,7 +56,10 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None,
     parser.add_argument("--distribute", action="store_true",
                         help="data-parallel on all local devices (JAX, TensorFlow)")
     parser.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
-                        help="XLA for the train step (TF and JAX; torch ignores it)")
+                        help="compile the train step: XLA on TF and JAX, torch.compile on "
+                             "torch. auto: what measured faster (see resolve_jit_compile): "
+                             "eager torch, jitted JAX; TF: XLA for the CapsNet, else only "
+                             "with a GPU")
     parser.add_argument("--steps-per-epoch", type=int, default=None,
                         help="limit the steps of each epoch (default: the whole split)")
     parser.add_argument("--smoke", action="store_true",
@@ -125,6 +128,33 @@ class Throughput(keras.callbacks.Callback):
         return counted * self.batch_size / self.seconds
 
 
+def resolve_jit_compile(flag, backend=None, xla_on_cpu=False):
+    """`--jit-compile` -> `model.compile(jit_compile=...)`.
+
+    `"auto"` picks what measured faster for the train step
+    (`benchmarks/train_step.py`, batch 32, a 2-core CPU shared with two
+    training runs, Keras 3.15.1; images/s, median of 3 interleaved rounds):
+
+    - torch: eager. Keras's `jit_compile=True` (the train step under
+      `torch.compile`, torch 2.13) gave the CapsNet 3.3 images/s (5.0 best,
+      3.5 CPU s per step) against 4.0 eager (2.9 CPU s per step), and its
+      first step took 240 s instead of 19 s. (On a GPU: not measured yet.)
+    - TensorFlow: XLA when `xla_on_cpu` (the CapsNet example: 9.3 images/s
+      with XLA, 3.1 without), else Keras's own `"auto"`, which uses XLA only
+      with a GPU (Efficient-CapsNet: 138 images/s without XLA, 94 with).
+    - JAX: Keras's `"auto"`, i.e. jit (CapsNet 7.5 images/s; Efficient-CapsNet
+      55 jitted, 30 op by op).
+    """
+    if flag != "auto":
+        return flag == "true"
+    backend = backend or keras.backend.backend()
+    if backend == "torch":
+        return False
+    if backend == "tensorflow" and xla_on_cpu:
+        return True
+    return "auto"
+
+
 def steps_in(dataset):
     n = int(dataset.cardinality())
     return n if n > 0 else None
@@ -132,7 +162,7 @@ def steps_in(dataset):
 
 def run(name, description, build_model, load_data, make_optimizer, figures=None,
         epochs=10, batch_size=32, routers=True, argv=None, add_arguments=None,
-        callbacks=None):
+        callbacks=None, xla_on_cpu=False):
     """Trains, evaluates and reports one example; returns the metrics dict.
 
     build_model(args) -> keras.Model; load_data(args, batch_size, drop_remainder)
@@ -157,7 +187,9 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             train, test = load_data(args, args.batch_size, drop_remainder=replicas > 1)
             steps = args.steps_per_epoch or steps_in(train)
             model = build_model(args)
-            jit = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
+            # Keras's "auto" keeps XLA off under tf.distribute; so do we.
+            jit = resolve_jit_compile(args.jit_compile,
+                                      xla_on_cpu=xla_on_cpu and not args.distribute)
             model.compile(optimizer=make_optimizer(args, steps or 1),
                           metrics=["accuracy"], jit_compile=jit)
             throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)

@@ -121,3 +121,12 @@ def test_real_mnist_pipeline(augment):
         assert np.all(images.reshape(256, -1).sum(-1) > 20)
     test_images, _ = next(iter(data.mnist("test", 10_000, None, real_mnist_dir())))
     assert test_images.shape[0] == 10_000
+
+
+def test_jit_compile_flag():
+    resolve = example("common").resolve_jit_compile
+    assert resolve("true") is True and resolve("false") is False
+    assert resolve("auto", "torch") is False  # measured: eager is the faster on torch
+    assert resolve("auto", "jax") == resolve("auto", "tensorflow") == "auto"
+    assert resolve("auto", "tensorflow", xla_on_cpu=True) is True
+    assert resolve("false", "tensorflow", xla_on_cpu=True) is False

@@ -60,8 +60,11 @@ class CapsuleClassifier(keras.Model):
                 f"Received: reconstruction_weight={reconstruction_weight}"
             )
         self.decoder_units = tuple(positive_int(u, "decoder_units") for u in decoder_units)
-        self.decoder_activation = keras.activations.serialize(
-            keras.activations.get(decoder_activation))
+        activation = keras.activations.get(decoder_activation)  # checks the name
+        # A name stays a name: `serialize` would import TensorFlow (where it is
+        # installed) into every torch and JAX process, ~250 MiB of RSS.
+        self.decoder_activation = (decoder_activation if isinstance(decoder_activation, str)
+                                   else keras.activations.serialize(activation))
         self.scores = Length(name="scores")
         self.mask = Mask(name="mask")
         self.margin_loss = MarginLoss()

@@ -1,0 +1,507 @@
+"""Train-step images/s and peak RSS: our models vs pure-framework CapsNets.
+
+usage: python benchmarks/train_step.py [--models capsnet,efficient]
+           [--batches 32,128] [--backends tensorflow,torch,jax]
+           [--jit off,on] [--references torch,torch-compile,jax]
+           [--repeats 3] [--steps 5] [--warmup 2] [--json out.json]
+           [--peak-tflops fp32=67,tf32=495]
+
+`--backends` entries may carry their own jit setting: `torch:off,jax:on`
+runs eager torch and jitted JAX only. A quick run:
+
+    python benchmarks/train_step.py --models capsnet --batches 32 --repeats 3 --steps 3
+
+Ours: `keras_capsules.models.CapsNet()` (8,215,568 parameters) and
+`EfficientCapsNet()`, MNIST-sized, trained by Keras's own train step:
+`model.compile(optimizer=Adam(), jit_compile=...)` then
+`model.train_on_batch` on fixed in-memory batches. `--jit on` is XLA on
+TensorFlow and JAX and `torch.compile` on torch; `off` is a `tf.function`
+graph, eager torch and op-by-op JAX.
+
+References (Sabour's CapsNet only, the same math, written by hand in
+`pure_torch_capsnet.py` and `pure_jax_capsnet.py`, which never import
+Keras): `torch` (eager, nn.Module + torch.optim.Adam), `torch-compile`
+(its loss under `torch.compile`), `jax` (`jax.jit` of `value_and_grad` +
+a hand-written Adam).
+
+Each configuration runs in a worker process of its own (a backend cannot
+change in a process; peak RSS is that process's `ru_maxrss`). For each
+(model, batch) the workers start one after another, compile and warm up
+(`--warmup` steps, not timed), then wait; the repetitions are interleaved
+over them (worker order rotated each round), one worker running at a time,
+each timing `--steps` steps. Reported: median and best (fastest round)
+images/s over `--repeats` rounds, ours / faster reference (median and
+best), peak RSS and its ratio to the reference of the same framework (for
+TensorFlow: to the faster reference), and the compile + first-step time.
+Machines here are shared and noisy: only same-run ratios mean much.
+
+On a GPU (benchmarks/gpu.sh) the references run on it too (the pure JAX
+one with a plain `lax.conv` there), each worker reports its peak device
+memory, and `--peak-tflops` adds the fraction of the FLOP floor of the
+CapsNet step (153.9 GFLOP per step at batch 128, 1.2023 GFLOP per image,
+forward + backward of every layer; Adam and the elementwise work are
+negligible) that the measured images/s reach.
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import select
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BACKENDS = ("tensorflow", "torch", "jax")
+MODELS = ("capsnet", "efficient")
+REFERENCES = ("torch", "torch-compile", "jax")
+CAPSNET_GFLOP_PER_IMAGE = 153.9 / 128
+
+
+# ----------------------------------------------------------------- worker
+
+
+def rss_now_mb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def keras_step(config, data):
+    """Our model under Keras's train step; returns `step(i) -> loss`."""
+    import keras
+
+    from keras_capsules.models import CapsNet, EfficientCapsNet
+
+    model = CapsNet() if config["model"] == "capsnet" else EfficientCapsNet()
+    model.compile(optimizer=keras.optimizers.Adam(), jit_compile=config["jit"])
+    tensors = [(keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y))
+               for x, y in data]
+
+    def step(i):
+        x, y = tensors[i % len(tensors)]
+        return model.train_on_batch(x, y)  # logs as floats: waits for the step
+
+    return step, model.count_params()
+
+
+def torch_reference_step(config, data):
+    import torch
+
+    from capsnet_spec import count_params, init_weights
+    from pure_torch_capsnet import PureTorchCapsNet, make_train_step, to_nchw
+
+    weights = init_weights()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = PureTorchCapsNet(weights, primary=config.get("primary", "conv")).to(device)
+    train = make_train_step(model, compile=config["jit"])
+    tensors = [(to_nchw(x).to(device), torch.from_numpy(y).to(device)) for x, y in data]
+
+    def step(i):
+        return float(train(*tensors[i % len(tensors)]))
+
+    return step, count_params(weights)
+
+
+def jax_reference_step(config, data):
+    import jax.numpy as jnp
+
+    import pure_jax_capsnet as ref
+    from capsnet_spec import count_params, init_weights
+
+    weights = init_weights()
+    state = {"params": ref.to_params(weights)}
+    state["adam"] = ref.init_adam(state["params"])
+    train = ref.make_train_step()
+    tensors = [(jnp.asarray(x), jnp.asarray(y)) for x, y in data]
+
+    def step(i):
+        state["params"], state["adam"], loss = train(
+            state["params"], state["adam"], *tensors[i % len(tensors)])
+        return float(loss)
+
+    return step, count_params(weights)
+
+
+def worker(config):
+    """Builds one configuration, warms it up, then serves `run` requests on stdin."""
+    sys.path.insert(0, HERE)
+    if config["impl"] == "keras":
+        os.environ["KERAS_BACKEND"] = config["backend"]
+        sys.path.insert(0, ROOT)  # this checkout's keras_capsules
+    impl = config["impl"]
+    if impl == "keras":
+        import keras  # noqa: F401
+    elif impl.startswith("torch"):
+        import torch  # noqa: F401
+    else:
+        import jax  # noqa: F401
+    from capsnet_spec import batches
+
+    data = batches(config["batch"], count=2)
+    baseline = rss_now_mb()
+    make = {"keras": keras_step, "torch": torch_reference_step,
+            "torch-compile": torch_reference_step, "jax": jax_reference_step}[impl]
+    start = time.perf_counter()
+    step, params = make(config, data)
+    step(0)
+    compile_s = time.perf_counter() - start
+    for i in range(1, config["warmup"]):
+        step(i)
+    frameworks = sorted(m for m in ("tensorflow", "torch", "jax") if m in sys.modules)
+    reply("READY", compile_s=compile_s, params=params, rss_baseline_mb=baseline,
+          imported=frameworks)
+    i = 0
+    for line in sys.stdin:
+        if line.strip() != "run":
+            break
+        times, cpu = [], time.process_time()
+        for _ in range(config["steps"]):
+            start = time.perf_counter()
+            loss = step(i)
+            times.append(time.perf_counter() - start)
+            i += 1
+        reply("TIMES", times=times, cpu_s=time.process_time() - cpu, loss=loss)
+    reply("DONE", peak_rss_mb=peak_rss_mb(), rss_end_mb=rss_now_mb(),
+          **device_memory(config["backend"]))
+    os._exit(0)  # no interpreter teardown (torch.compile's worker pools can hang it)
+
+
+def device_memory(backend):
+    """Name and peak memory (MiB) of the accelerator this worker used, if any."""
+    if backend == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            return {"device": torch.cuda.get_device_name(),
+                    "peak_device_mb": torch.cuda.max_memory_allocated() / 2**20}
+    if backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        if device.platform != "cpu":
+            stats = device.memory_stats() or {}
+            return {"device": device.device_kind,
+                    "peak_device_mb": stats.get("peak_bytes_in_use", float("nan")) / 2**20}
+    return {"device": "cpu"}
+
+
+def reply(kind, **fields):
+    print(kind + " " + json.dumps(fields), flush=True)
+
+
+# ----------------------------------------------------------------- parent
+
+
+class Worker:
+    def __init__(self, config, timeout):
+        self.config, self.timeout, self.error = config, timeout, None
+        self.result = {"times": [], "cpu_s": [], "losses": []}
+        self.buffer = b""
+        # JAX must not grab 75% of a GPU per worker: several are alive at once.
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1",
+               "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+        if config["impl"] == "keras":
+            env["KERAS_BACKEND"] = config["backend"]
+        # A file, not a pipe: nobody reads stderr while the worker runs.
+        self.stderr = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", json.dumps(config)], cwd=ROOT, env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0)
+        ready = self._read("READY")
+        if ready is not None:
+            self.result.update(ready)
+
+    def _read(self, kind):
+        """Next `kind` reply; None (and `self.error`) if the worker died or timed out."""
+        deadline = time.monotonic() + self.timeout
+        fd = self.proc.stdout.fileno()
+        while time.monotonic() < deadline:
+            while b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                line = line.decode(errors="replace")
+                if line.startswith(kind + " "):
+                    return json.loads(line[len(kind) + 1:])
+            ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+            chunk = os.read(fd, 1 << 16) if ready else b""
+            if not chunk:
+                break
+            self.buffer += chunk
+        timed_out = self.proc.poll() is None
+        self.proc.kill()
+        self.proc.wait()
+        self.stderr.seek(0)
+        lines = self.stderr.read().strip().splitlines() or ["died"]
+        self.error = f"timed out after {self.timeout:.0f} s" if timed_out else lines[-1][-300:]
+        return None
+
+    def run(self):
+        if self.error:
+            return
+        self.proc.stdin.write(b"run\n")
+        reply = self._read("TIMES")
+        if reply is not None:
+            self.result["times"].append(reply["times"])
+            self.result["cpu_s"].append(reply["cpu_s"])
+            self.result["losses"].append(reply["loss"])
+
+    def close(self):
+        if self.error:
+            return
+        self.proc.stdin.write(b"quit\n")
+        done = self._read("DONE")
+        if done is not None:
+            self.result.update(done)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def label(config):
+    if config["impl"] == "keras":
+        return f"ours {config['backend']}"
+    return f"pure {config['impl']}"
+
+
+def configurations(args, model, batch):
+    configs = []
+    common = dict(model=model, batch=batch, steps=args.steps, warmup=args.warmup)
+    for backend, jits in args.backends:
+        for jit in jits:
+            configs.append(dict(common, impl="keras", backend=backend, jit=jit))
+    if model == "capsnet":
+        for ref in args.references:
+            backend = "torch" if ref.startswith("torch") else "jax"
+            configs.append(dict(common, impl=ref, backend=backend,
+                                jit=ref != "torch", primary=args.torch_primary))
+    return configs
+
+
+def summarise(result, batch):
+    rounds = [batch * len(t) / sum(t) for t in result["times"]]
+    if not rounds:
+        return None
+    rounds.sort()
+    return {"median": rounds[len(rounds) // 2] if len(rounds) % 2 else
+            (rounds[len(rounds) // 2 - 1] + rounds[len(rounds) // 2]) / 2,
+            "best": rounds[-1], "rounds": rounds}
+
+
+def over_budget(args):
+    return args.budget and time.monotonic() - args.started > args.budget
+
+
+def run_group(args, model, batch):
+    configs = configurations(args, model, batch)
+    workers = []
+    for config in configs:
+        if over_budget(args):
+            print(f"  --budget spent: {label(config)} skipped", file=sys.stderr, flush=True)
+            continue
+        print(f"[{time.strftime('%H:%M:%S')}] {model} batch {batch}: starting {label(config)} "
+              f"jit={config['jit']}", file=sys.stderr, flush=True)
+        workers.append(Worker(config, args.timeout))
+        if workers[-1].error:
+            print(f"  failed: {workers[-1].error}", file=sys.stderr, flush=True)
+    for r in range(args.repeats):
+        if r and over_budget(args):
+            print(f"  --budget spent: {r} rounds only", file=sys.stderr, flush=True)
+            break
+        live = [w for w in workers if not w.error]
+        shift = r % max(len(live), 1)
+        for w in live[shift:] + live[:shift]:
+            w.run()
+        print(f"[{time.strftime('%H:%M:%S')}] round {r + 1}/{args.repeats} done",
+              file=sys.stderr, flush=True)
+    rows = []
+    for w in workers:
+        w.close()
+        rows.append({**w.config, **w.result, "error": w.error,
+                     "images_per_s": summarise(w.result, batch)})
+    add_ratios(rows)
+    return rows
+
+
+def add_ratios(rows):
+    refs = [r for r in rows if r["impl"] != "keras" and r["images_per_s"]]
+    fastest = max(refs, key=lambda r: r["images_per_s"]["median"], default=None)
+    for row in rows:
+        speed = row["images_per_s"]
+        if row["impl"] != "keras" or not speed or fastest is None:
+            continue
+        ref = fastest["images_per_s"]
+        row["vs_fastest_ref"] = {"ref": fastest["impl"],
+                                 "median": speed["median"] / ref["median"],
+                                 "best": speed["best"] / ref["best"]}
+        rss_ref = same_framework_reference(row, refs) or fastest
+        if row.get("peak_rss_mb") and rss_ref.get("peak_rss_mb"):
+            row["rss_vs_ref"] = {
+                "ref": rss_ref["impl"],
+                "ratio": row["peak_rss_mb"] / rss_ref["peak_rss_mb"],
+                "over_imports": rss_over_imports(row) / rss_over_imports(rss_ref)}
+
+
+def rss_over_imports(row):
+    return row["peak_rss_mb"] - row["rss_baseline_mb"]
+
+
+def cpu_per_step(row):
+    """Median over rounds of process CPU seconds per step (all threads)."""
+    per_step = sorted(c / len(t) for c, t in zip(row["cpu_s"], row["times"]))
+    return per_step[len(per_step) // 2] if per_step else float("nan")
+
+
+def flop_floor(rows, peaks):
+    """Fraction of each peak reached by the CapsNet rows (median images/s)."""
+    names = list(peaks)
+    lines = [
+        f"\nCapsNet FLOP floor: {CAPSNET_GFLOP_PER_IMAGE:.4f} GFLOP per image (153.9 per step "
+        "of 128); peaks assumed: " + ", ".join(f"{k} {v:g} TFLOP/s" for k, v in peaks.items()),
+        "| batch | impl | compile | img/s median | " + " | ".join(
+            f"floor img/s at {k} | fraction of {k}" for k in names) + " | device memory MiB |",
+        "| ---: | --- | --- | ---: | " + " | ".join("---: | ---:" for _ in names) + " | ---: |",
+    ]
+    for r in rows:
+        if r["model"] != "capsnet" or r["error"] or not r["images_per_s"]:
+            continue
+        speed = r["images_per_s"]["median"]
+        cells = []
+        for k in names:
+            floor = peaks[k] * 1e3 / CAPSNET_GFLOP_PER_IMAGE
+            cells += [f"{floor:,.0f}", f"{speed / floor:.2%}"]
+        lines.append(f"| {r['batch']} | {label(r)} | {jit_label(r)} | {speed:.1f} | "
+                     + " | ".join(cells) + f" | {r.get('peak_device_mb', float('nan')):.0f} |")
+    return "\n".join(lines)
+
+
+def same_framework_reference(row, refs):
+    """torch -> pure torch (torch.compile'd if jit, when run), jax -> pure jax."""
+    wanted = {"torch": ["torch-compile", "torch"] if row["jit"] else ["torch"],
+              "jax": ["jax"]}.get(row["backend"], [])
+    for name in wanted:
+        for ref in refs:
+            if ref["impl"] == name:
+                return ref
+    return None
+
+
+def jit_label(row):
+    if not row["jit"]:
+        return "tf.function" if row["backend"] == "tensorflow" else "eager"
+    return {"tensorflow": "XLA", "torch": "torch.compile", "jax": "jax.jit"}[row["backend"]]
+
+
+def markdown(rows):
+    lines = [
+        "| model | batch | impl | compile | img/s median | img/s best | ours/ref median (best) "
+        "| CPU s/step | peak RSS MiB (over imports) | RSS / ref (over imports) "
+        "| compile+1st step s |",
+        "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | --- | ---: |",
+    ]
+    for r in rows:
+        jit = jit_label(r)
+        name = label(r)
+        if r["error"]:
+            lines.append(f"| {r['model']} | {r['batch']} | {name} | {jit} | failed: "
+                         f"{r['error']} | | | | | | |")
+            continue
+        s = r["images_per_s"]
+        ratio = r.get("vs_fastest_ref")
+        ratio = (f"{ratio['median']:.2f} ({ratio['best']:.2f}) vs {ratio['ref']}"
+                 if ratio else "")
+        rss = r.get("rss_vs_ref")
+        rss = (f"{rss['ratio']:.2f} ({rss['over_imports']:.2f}) vs {rss['ref']}"
+               if rss else "")
+        peak = r.get("peak_rss_mb", float("nan"))
+        lines.append(
+            f"| {r['model']} | {r['batch']} | {name} | {jit} | {s['median']:.1f} | "
+            f"{s['best']:.1f} | {ratio} | {cpu_per_step(r):.2f} | "
+            f"{peak:.0f} ({peak - r['rss_baseline_mb']:.0f}) | {rss} | {r['compile_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def parse_jit(text):
+    return [{"off": False, "on": True}[j] for j in text.split(",")]
+
+
+def load_average():
+    try:
+        return os.getloadavg()
+    except OSError:
+        return None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--batches", default="32,128")
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--jit", default="off,on", help="off, on or off,on")
+    parser.add_argument("--references", default=",".join(REFERENCES),
+                        help="pure CapsNets to run beside ours ('none' for none)")
+    parser.add_argument("--torch-primary", default="conv", choices=("conv", "matmul"),
+                        help="primary-capsule conv of the pure torch CapsNet")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps, compile included")
+    parser.add_argument("--timeout", type=float, default=1200,
+                        help="seconds a worker may take to compile, or to run one round")
+    parser.add_argument("--peak-tflops", default="",
+                        help="NAME=TFLOP/s,...: add the CapsNet rows' fraction of each peak")
+    parser.add_argument("--budget", type=float, default=0,
+                        help="seconds after which no worker starts and no round begins "
+                             "(at least one round still runs for the workers started)")
+    parser.add_argument("--json", help="write all rows (every round) to this file")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(json.loads(args.worker))
+    try:
+        jit = parse_jit(args.jit)
+        args.backends = [(b.split(":")[0], parse_jit(b.split(":")[1]) if ":" in b else jit)
+                         for b in args.backends.split(",") if b]
+    except KeyError as e:
+        parser.error(f"--jit and backend suffixes take off and on. Received: {e}")
+    args.references = [r for r in args.references.split(",") if r and r != "none"]
+    unknown = ({b for b, _ in args.backends} - set(BACKENDS)
+               or set(args.references) - set(REFERENCES))
+    if unknown:
+        parser.error(f"unknown backend or reference: {sorted(unknown)}")
+    args.peak_tflops = dict(
+        (k, float(v)) for k, v in (p.split("=") for p in args.peak_tflops.split(",") if p))
+
+    start_load = load_average()
+    start = time.perf_counter()
+    args.started = time.monotonic()
+    rows = []
+    for model in args.models.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            rows += run_group(args, model, batch)
+    end_load = load_average()
+    print(f"\nTrain step, {args.repeats} rounds x {args.steps} steps after {args.warmup} "
+          f"warm-up steps; {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}); "
+          f"load average {start_load[0]:.1f} at start, {end_load[0]:.1f} at end; "
+          f"{time.perf_counter() - start:.0f} s in all; devices: "
+          f"{', '.join(sorted({str(r.get('device', '?')) for r in rows}))}.")
+    print(markdown(rows))
+    if args.peak_tflops:
+        print(flop_floor(rows, args.peak_tflops))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "load_average": [start_load, end_load],
+                       "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
