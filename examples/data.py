@@ -148,3 +148,9 @@ def smallnorb(split, batch_size, training=None, data_dir=None, download=True,
     ds = load_split("smallnorb", split, data_dir, download).map(_smallnorb_pair, AUTOTUNE)
     ds = ds.map(_smallnorb_train if training else _smallnorb_test, AUTOTUNE)
     return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
+
+
+def smallnorb_train_test(args, batch_size, drop_remainder=False):
+    """The examples' `load_data` for smallNORB: (train, test) batches."""
+    return tuple(smallnorb(split, batch_size, data_dir=args.data_dir, drop_remainder=drop_remainder)
+                 for split in ("train", "test"))

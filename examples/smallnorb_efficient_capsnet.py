@@ -33,12 +33,7 @@ def build_model(args):
     )
 
 
-def load_data(args, batch_size, drop_remainder=False):
-    train = data.smallnorb("train", batch_size, data_dir=args.data_dir,
-                           drop_remainder=drop_remainder)
-    test = data.smallnorb("test", batch_size, data_dir=args.data_dir,
-                          drop_remainder=drop_remainder)
-    return train, test
+load_data = data.smallnorb_train_test
 
 
 def make_optimizer(args, steps_per_epoch):

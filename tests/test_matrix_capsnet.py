@@ -26,9 +26,9 @@ def spread_loss(labels, activations, margin):
 
 def test_paper_parameter_count():
     model = MatrixCapsNet()  # A = B = C = D = 32 on (32, 32, 2), 5 classes.
-    sizes = {layer.name: layer.count_params() for layer in model.network.layers}
+    # The input layer's name depends on how many models the process built.
+    sizes = {layer.name: layer.count_params() for layer in model.network.layers[1:]}
     assert sizes == {
-        "input_layer": 0,
         "conv": 5 * 5 * 2 * 32 + 32,
         "primary_capsules": 32 * (32 * 16 + 32) + 32 * 17,
         "conv_capsules1": 3 * 3 * 32 * 32 * 16 + 2 * 32,  # + EM beta_u, beta_a

@@ -180,6 +180,7 @@ for _kernel, _strides, _padding, _iterations in (
             ),
             forward=_matrix_forward,
             diff=_MATRIX_DIFF,
+            **POSE16_TOLERANCE,  # 4x4 poses: 16-term log-likelihoods, as above
         )
     )
 
@@ -198,6 +199,7 @@ for _coordinates in (True, False):
             ),
             forward=_matrix_forward,
             diff=_MATRIX_DIFF,
+            **POSE16_TOLERANCE,  # 4x4 poses: 16-term log-likelihoods, as above
         )
     )
 
