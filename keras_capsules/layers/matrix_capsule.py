@@ -35,9 +35,10 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
         pose_shape: the pose matrix shape, `(4, 4)`.
         kernel_initializer, bias_initializer: initializers of both convs.
         implementation: `"conv"` (native convolution), `"matmul"` (strided
-            slices + one matmul; same numbers) or `"auto"`: `"matmul"` for a
-            strided conv on JAX or TensorFlow on CPU, where XLA's strided
-            conv backward is slow, else `"conv"` (see `keras_capsules.conv`).
+            slices + one matmul; same numbers) or `"auto"`: `"matmul"` where
+            XLA's CPU conv is slow (JAX on CPU; TensorFlow on CPU when
+            strided), else `"conv"` (see
+            `keras_capsules.conv.resolve_implementation`).
 
     Example:
 

@@ -31,10 +31,10 @@ class PrimaryCapsule(keras.layers.Layer):
         squash: apply `keras_capsules.ops.squash` to the capsules.
         kernel_initializer, bias_initializer: initializers.
         implementation: `"conv"` (native convolution), `"matmul"` (strided
-            slices + one matmul; same numbers) or `"auto"`: `"matmul"` for a
-            strided conv on JAX or TensorFlow on CPU, where XLA's strided
-            conv backward is ~20x slower, else `"conv"` (see
-            `keras_capsules.conv` and `benchmarks/conv.py`).
+            slices + one matmul; same numbers) or `"auto"`: `"matmul"` where
+            XLA's CPU conv is slow (JAX on CPU; TensorFlow on CPU when
+            strided), else `"conv"` (see
+            `keras_capsules.conv.resolve_implementation`).
 
     Example (the paper's 1152 primary capsules):
 

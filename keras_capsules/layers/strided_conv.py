@@ -1,4 +1,4 @@
-"""A Keras `Conv2D` whose strided convolution avoids XLA's slow CPU kernel."""
+"""A Keras `Conv2D` that avoids XLA's slow CPU convolutions."""
 
 import keras
 
@@ -21,11 +21,12 @@ class StridedConv2D(keras.layers.Conv2D):
     - `"matmul"`: `kh * kw` strided slices, concatenated, and one matmul
       (`keras_capsules.conv.conv2d`); the same numbers within float32
       rounding. Channels-last, undilated, ungrouped convolutions only.
-    - `"auto"`: `"matmul"` for a strided convolution on JAX or TensorFlow on
-      CPU, where XLA computes the input gradient of a strided convolution
-      ~20x slower than the slices + matmul; `"conv"` everywhere else,
-      including the cases `"matmul"` does not cover (see
-      `keras_capsules.conv` and `benchmarks/conv.py`).
+    - `"auto"`: `"matmul"` where XLA's CPU convolution is slow: on JAX on
+      CPU for every stride, on TensorFlow on CPU for strided convolutions
+      (whose input gradient XLA computes ~20x slower than slices + matmul);
+      `"conv"` everywhere else, including the cases `"matmul"` does not
+      cover (see `keras_capsules.conv.resolve_implementation` and
+      `benchmarks/conv.py`).
 
     Example (the first layer of the matrix-capsule network):
 
