@@ -139,11 +139,15 @@ def resolve_jit_compile(flag, backend=None, xla_on_cpu=False):
       `torch.compile`, torch 2.13) gave the CapsNet 3.3 images/s (5.0 best,
       3.5 CPU s per step) against 4.0 eager (2.9 CPU s per step), and its
       first step took 240 s instead of 19 s. (On a GPU: not measured yet.)
-    - TensorFlow: XLA when `xla_on_cpu` (the CapsNet example: 9.3 images/s
-      with XLA, 3.1 without), else Keras's own `"auto"`, which uses XLA only
-      with a GPU (Efficient-CapsNet: 138 images/s without XLA, 94 with).
-    - JAX: Keras's `"auto"`, i.e. jit (CapsNet 7.5 images/s; Efficient-CapsNet
-      55 jitted, 30 op by op).
+    - TensorFlow: XLA when `xla_on_cpu`, else Keras's own `"auto"`, which
+      uses XLA only with a GPU. Both CapsNet examples set it: the CapsNet
+      trained at 9.3 images/s with XLA and 3.1 without (loaded machine);
+      Efficient-CapsNet, whose strided conv is slices + matmul on TF CPU
+      (`StridedConv2D`), at 346 images/s with XLA and 208 without (batch 32;
+      270 and 197 at batch 128; quiet machine).
+    - JAX: Keras's `"auto"`, i.e. jit (CapsNet 7.5 images/s on the loaded
+      machine; Efficient-CapsNet 55 jitted, 30 op by op, before its convs
+      became slices + matmul on JAX, then 200 at batch 32).
     """
     if flag != "auto":
         return flag == "true"
