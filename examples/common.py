@@ -58,8 +58,8 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None,
     parser.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
                         help="compile the train step: XLA on TF and JAX, torch.compile on "
                              "torch. auto: what measured faster (see resolve_jit_compile): "
-                             "eager torch, jitted JAX; TF: XLA for the CapsNet, else only "
-                             "with a GPU")
+                             "eager torch, jitted JAX; TF: XLA for CapsNet and "
+                             "Efficient-CapsNet, else only with a GPU")
     parser.add_argument("--steps-per-epoch", type=int, default=None,
                         help="limit the steps of each epoch (default: the whole split)")
     parser.add_argument("--smoke", action="store_true",
