@@ -137,7 +137,7 @@ def test_primary_capsule_implementation_choice_and_error():
     assert resolve_implementation("conv", (2, 2)) == "conv"
     backend = keras.backend.backend()  # on CPU here
     assert resolve_implementation("auto", (1, 1)) == ("matmul" if backend == "jax" else "conv")
-    assert resolve_implementation("auto", (2, 2)) == ("conv" if backend == "torch" else "matmul")
+    assert resolve_implementation("auto", (2, 2)) == ("hybrid" if backend == "torch" else "matmul")
     with pytest.raises(ValueError, match="implementation='fft'"):
         PrimaryCapsule(2, 4, 3, implementation="fft")
 
@@ -151,7 +151,7 @@ class TestStridedConv2D(LayerTestCase):
     def test_implementations_agree_with_keras_conv2d(self):
         reference = keras.layers.Conv2D(4, 3, strides=2, padding="same")
         expected = to_numpy(reference(IMAGES))
-        for implementation in ("auto", "conv", "matmul"):
+        for implementation in ("auto", "conv", "matmul", "hybrid"):
             layer = StridedConv2D(4, 3, strides=2, padding="same", implementation=implementation)
             layer.build(IMAGES.shape)
             layer.set_weights(reference.get_weights())
@@ -160,7 +160,8 @@ class TestStridedConv2D(LayerTestCase):
     def test_auto_falls_back_to_the_native_conv_where_matmul_does_not_apply(self):
         layer = StridedConv2D(6, 3, strides=2, groups=3)
         assert tuple(layer(IMAGES).shape) == (2, 4, 4, 6)
-        with pytest.raises(ValueError, match="groups=3"):
-            StridedConv2D(6, 3, strides=2, groups=3, implementation="matmul")
+        for implementation in ("matmul", "hybrid"):
+            with pytest.raises(ValueError, match="groups=3"):
+                StridedConv2D(6, 3, strides=2, groups=3, implementation=implementation)
         with pytest.raises(ValueError, match="implementation='fft'"):
             StridedConv2D(4, 3, implementation="fft")

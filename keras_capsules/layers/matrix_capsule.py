@@ -35,10 +35,11 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
         pose_shape: the pose matrix shape, `(4, 4)`.
         kernel_initializer, bias_initializer: initializers of both convs.
         implementation: `"conv"` (native convolution), `"matmul"` (strided
-            slices + one matmul; same numbers) or `"auto"`: `"matmul"` where
-            XLA's CPU conv is slow (JAX on CPU; TensorFlow on CPU when
-            strided), else `"conv"` (see
-            `keras_capsules.conv.resolve_implementation`).
+            slices + one matmul; same numbers), `"hybrid"` (native forward
+            and input gradient, kernel gradient as one matmul) or `"auto"`:
+            `"matmul"` where XLA's CPU conv is slow (JAX on CPU; TensorFlow
+            on CPU when strided), `"hybrid"` on torch on CPU when strided,
+            else `"conv"` (see `keras_capsules.conv.resolve_implementation`).
 
     Example:
 
@@ -98,7 +99,7 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
     def call(self, inputs):
         kernel = ops.concatenate([self.pose_kernel, self.activation_kernel], axis=-1)
         bias = ops.concatenate([self.pose_bias, self.activation_bias], axis=-1)
-        implementation = resolve_implementation(self.implementation, self.strides)
+        implementation = resolve_implementation(self.implementation, self.strides, inputs)
         y = conv2d(inputs, kernel, self.strides, self.padding, implementation) + bias
         pose_filters = self.num_capsules * math.prod(self.pose_shape)
         grid = (-1, *y.shape[1:3], self.num_capsules)

@@ -31,10 +31,11 @@ class PrimaryCapsule(keras.layers.Layer):
         squash: apply `keras_capsules.ops.squash` to the capsules.
         kernel_initializer, bias_initializer: initializers.
         implementation: `"conv"` (native convolution), `"matmul"` (strided
-            slices + one matmul; same numbers) or `"auto"`: `"matmul"` where
-            XLA's CPU conv is slow (JAX on CPU; TensorFlow on CPU when
-            strided), else `"conv"` (see
-            `keras_capsules.conv.resolve_implementation`).
+            slices + one matmul; same numbers), `"hybrid"` (native forward
+            and input gradient, kernel gradient as one matmul) or `"auto"`:
+            `"matmul"` where XLA's CPU conv is slow (JAX on CPU; TensorFlow
+            on CPU when strided), `"hybrid"` on torch on CPU when strided,
+            else `"conv"` (see `keras_capsules.conv.resolve_implementation`).
 
     Example (the paper's 1152 primary capsules):
 
@@ -93,7 +94,7 @@ class PrimaryCapsule(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        implementation = resolve_implementation(self.implementation, self.strides)
+        implementation = resolve_implementation(self.implementation, self.strides, inputs)
         y = conv2d(inputs, self.kernel, self.strides, self.padding, implementation)
         y = y + self.bias
         batch = ops.shape(y)[0]

@@ -21,12 +21,15 @@ class StridedConv2D(keras.layers.Conv2D):
     - `"matmul"`: `kh * kw` strided slices, concatenated, and one matmul
       (`keras_capsules.conv.conv2d`); the same numbers within float32
       rounding. Channels-last, undilated, ungrouped convolutions only.
+    - `"hybrid"`: the native forward and input gradient, the kernel gradient
+      as one matmul on the patches (`keras_capsules.conv.conv2d_hybrid`);
+      the same restrictions as `"matmul"`.
     - `"auto"`: `"matmul"` where XLA's CPU convolution is slow: on JAX on
       CPU for every stride, on TensorFlow on CPU for strided convolutions
       (whose input gradient XLA computes ~20x slower than slices + matmul);
-      `"conv"` everywhere else, including the cases `"matmul"` does not
-      cover (see `keras_capsules.conv.resolve_implementation` and
-      `benchmarks/conv.py`).
+      `"hybrid"` for strided convolutions on torch on CPU; `"conv"`
+      everywhere else, including the cases `"matmul"` does not cover (see
+      `keras_capsules.conv.resolve_implementation` and `benchmarks/conv.py`).
 
     Example (the first layer of the matrix-capsule network):
 
@@ -38,9 +41,9 @@ class StridedConv2D(keras.layers.Conv2D):
     def __init__(self, filters, kernel_size, strides=(1, 1), implementation="auto", **kwargs):
         super().__init__(filters, kernel_size, strides=strides, **kwargs)
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
-        if self.implementation == "matmul" and not self._matmul_supported():
+        if self.implementation in ("matmul", "hybrid") and not self._matmul_supported():
             raise ValueError(
-                "StridedConv2D(implementation='matmul') supports channels_last, "
+                f"StridedConv2D(implementation={self.implementation!r}) supports channels_last, "
                 "dilation_rate=1 and groups=1 only. Received: "
                 f"data_format={self.data_format!r}, dilation_rate={self.dilation_rate}, "
                 f"groups={self.groups}"
@@ -54,8 +57,8 @@ class StridedConv2D(keras.layers.Conv2D):
         )
 
     def convolution_op(self, inputs, kernel):
-        implementation = resolve_implementation(self.implementation, self.strides)
-        if implementation == "matmul" and not self._matmul_supported():
+        implementation = resolve_implementation(self.implementation, self.strides, inputs)
+        if implementation != "conv" and not self._matmul_supported():
             implementation = "conv"
         if implementation == "conv":
             return super().convolution_op(inputs, kernel)

@@ -80,7 +80,7 @@ class MatrixCapsNet(keras.Model):
         coordinate_addition: add the scaled position of each child to its
             class votes (the paper's coordinate addition).
         margin: initial margin of the model's own `SpreadLoss`.
-        implementation: `"auto"`, `"conv"` or `"matmul"`, how the strided
+        implementation: `"auto"`, `"conv"`, `"matmul"` or `"hybrid"`, how the strided
             first convolution is computed (see `StridedConv2D`).
 
     Example:

@@ -100,7 +100,7 @@ def _primary_inputs(rng):
 
 
 for _impl, _padding, _strides in itertools.product(
-    ("conv", "matmul"), ("valid", "same"), ((1, 1), (2, 2), (2, 1))
+    ("conv", "matmul", "hybrid"), ("valid", "same"), ((1, 1), (2, 2), (2, 1))
 ):
     _kwargs = dict(strides=_strides, padding=_padding)
     register(
@@ -119,8 +119,9 @@ for _impl, _padding, _strides in itertools.product(
     )
 
 
-# StridedConv2D: Keras's Conv2D with the strided conv as slices + one matmul.
-for _impl, _padding in itertools.product(("conv", "matmul"), ("valid", "same")):
+# StridedConv2D: Keras's Conv2D with the strided conv as slices + one matmul,
+# or with the kernel gradient as a matmul (hybrid).
+for _impl, _padding in itertools.product(("conv", "matmul", "hybrid"), ("valid", "same")):
     register(
         Case(
             name=f"strided-conv2d-{_impl}-{_padding}-s21",
