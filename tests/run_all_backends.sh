@@ -28,7 +28,7 @@ for backend in tensorflow torch jax; do
   start=$(date +%s)
   # pytest-xdist: one test process per core (the parity matrix stays in one).
   KERAS_BACKEND=$backend python -m pytest -q -n "${PYTEST_WORKERS:-auto}" --maxprocesses 8 \
-    --dist loadgroup "$@"
+    --dist loadgroup --durations=15 "$@"
   rc=$?
   summary="$summary\n$backend: exit $rc in $(( $(date +%s) - start ))s"
   [ $rc -eq 0 ] || status=1
