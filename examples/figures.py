@@ -34,46 +34,62 @@ def _show(ax, image):
     ax.set_yticks([])
 
 
-def plot_reconstructions(model, images, labels, path, count=8):
-    """Test images (top row) and their reconstructions from the longest capsule."""
-    images = images[:count]
-    scores = ops.convert_to_numpy(model.predict(images, verbose=0))
+def plot_reconstructions(model, images, labels, path):
+    """Test images (top row) and their reconstructions from the longest
+    capsule; returns the images' class-capsule poses."""
+    # One batch shape for every model call here: eager JAX compiles each op
+    # once per shape (a second shape doubled a CapsNet smoke run's figures).
+    poses = ops.convert_to_numpy(model.encode(ops.convert_to_tensor(images), training=False))
+    predictions = np.linalg.norm(poses, axis=-1).argmax(-1)  # the model's scores
     decoded = ops.convert_to_numpy(model.reconstruct(images))
     fig, axes = plt.subplots(2, len(images), figsize=(1.5 * len(images), 3.4), squeeze=False)
     for k in range(len(images)):
         _show(axes[0, k], images[k])
         # One title per column: a title on the lower row overlaps the upper.
-        axes[0, k].set_title(f"label {labels[k]}, pred {scores[k].argmax()}", fontsize=8)
+        axes[0, k].set_title(f"label {labels[k]}, pred {predictions[k]}", fontsize=8)
         _show(axes[1, k], decoded[k])
     fig.suptitle("Input (top) and reconstruction from the longest capsule (bottom)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return poses
 
 
-def plot_perturbations(model, image, path, steps=np.linspace(-0.25, 0.25, 11)):
+def plot_perturbations(model, poses, path, steps=np.linspace(-0.25, 0.25, 11)):
     """Sabour et al. Fig. 4: tweak each dimension of the winning capsule, decode.
 
-    Row d shows the reconstruction when dimension d of the predicted class
+    `poses`: one image's class-capsule poses `(num_classes, dim)`. Row d
+    shows the reconstruction when dimension d of the predicted class
     capsule is shifted by each value of `steps`, the other capsules zeroed.
     """
-    poses = ops.convert_to_numpy(model.encode(ops.convert_to_tensor(image[None]), training=False))
-    winner = int(np.linalg.norm(poses[0], axis=-1).argmax())
+    winner = int(np.linalg.norm(poses, axis=-1).argmax())
     dims = poses.shape[-1]
-    batch = np.zeros((dims, len(steps)) + poses.shape[1:], dtype="float32")
-    batch[:, :, winner] = poses[0, winner]
+    batch = np.zeros((dims, len(steps)) + poses.shape, dtype="float32")
+    batch[:, :, winner] = poses[winner]
     for d in range(dims):
         batch[d, :, winner, d] += steps
-    decoded = ops.convert_to_numpy(model.decode(batch.reshape((-1,) + poses.shape[1:])))
+    decoded = ops.convert_to_numpy(model.decode(batch.reshape((-1,) + poses.shape)))
     decoded = decoded.reshape((dims, len(steps)) + decoded.shape[1:])
-    fig, axes = plt.subplots(dims, len(steps), figsize=(len(steps) * 0.8, dims * 0.8))
+    single_channel = decoded.shape[-1] == 1
+    decoded = decoded[..., 0]  # stereo pairs: the first camera, as _show
+    # One mosaic, one axes: 16 x 11 subplots took matplotlib ~3 s.
+    height, width = decoded.shape[2:]
+    mosaic = np.full((dims * (height + 1) - 1, len(steps) * (width + 1) - 1),
+                     decoded.max(), dtype="float32")  # white gaps
     for d in range(dims):
         for s in range(len(steps)):
-            _show(axes[d, s], decoded[d, s])
-        axes[d, 0].set_ylabel(f"dim {d}", fontsize=6)
-    for s, step in enumerate(steps):
-        axes[-1, s].set_xlabel(f"{step:+.2f}", fontsize=6)
-    fig.suptitle(f"Perturbing each dimension of capsule {winner}")
+            mosaic[d * (height + 1):d * (height + 1) + height,
+                   s * (width + 1):s * (width + 1) + width] = decoded[d, s]
+    fig, ax = plt.subplots(figsize=(len(steps) * 0.8, dims * 0.8))
+    if single_channel:
+        ax.imshow(mosaic, cmap="gray", vmin=0, vmax=1)
+    else:
+        ax.imshow(mosaic, cmap="gray")
+    ax.set_yticks([d * (height + 1) + height / 2 for d in range(dims)],
+                  [f"dim {d}" for d in range(dims)], fontsize=6)
+    ax.set_xticks([s * (width + 1) + width / 2 for s in range(len(steps))],
+                  [f"{step:+.2f}" for step in steps], fontsize=6)
+    ax.set_title(f"Perturbing each dimension of capsule {winner}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -109,11 +125,11 @@ def capsule_figures(child_types=None):
         import os
 
         images, labels = next(iter(test))
-        images, labels = np.asarray(images), np.asarray(labels)
+        images, labels = np.asarray(images)[:8], np.asarray(labels)[:8]
         if getattr(model, "reconstruction", False):
-            plot_reconstructions(model, images, labels,
-                                 os.path.join(output_dir, "reconstructions.png"))
-            plot_perturbations(model, images[0], os.path.join(output_dir, "perturbations.png"))
+            poses = plot_reconstructions(model, images, labels,
+                                         os.path.join(output_dir, "reconstructions.png"))
+            plot_perturbations(model, poses[0], os.path.join(output_dir, "perturbations.png"))
         plot_routing(model, images, labels, os.path.join(output_dir, "routing.png"), child_types)
 
     return figures

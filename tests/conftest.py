@@ -6,6 +6,15 @@ one process can crash (both bundle their own native libraries).
 
 import os
 
+# JAX keeps its XLA compilations on disk for the whole suite: many tests (and
+# the example scripts they run in subprocesses) build and compile the same
+# models, and XLA on CPU takes ~1.5 s to compile one `truncated_normal`
+# initializer shape (EfficientCapsNet's constructor: 11 s). Set before Keras
+# imports JAX; an existing setting wins.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_ROOT, ".pytest_cache", "jax"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
+
 try:
     import torch  # noqa: F401
 except ImportError:
