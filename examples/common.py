@@ -58,8 +58,9 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None,
     parser.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
                         help="compile the train step: XLA on TF and JAX, torch.compile on "
                              "torch. auto: what measured faster (see resolve_jit_compile): "
-                             "eager torch, jitted JAX; TF: XLA for CapsNet and "
-                             "Efficient-CapsNet, else only with a GPU")
+                             "jitted JAX; TF: XLA for CapsNet and Efficient-CapsNet, else "
+                             "only with a GPU; torch: torch.compile for CapsNet runs of "
+                             f"{TORCH_COMPILE_MIN_IMAGES:,}+ training images, else eager")
     parser.add_argument("--steps-per-epoch", type=int, default=None,
                         help="limit the steps of each epoch (default: the whole split)")
     parser.add_argument("--smoke", action="store_true",
@@ -128,32 +129,43 @@ class Throughput(keras.callbacks.Callback):
         return counted * self.batch_size / self.seconds
 
 
-def resolve_jit_compile(flag, backend=None, xla_on_cpu=False):
+# Training images from which torch.compile pays for itself (CapsNet, see below).
+TORCH_COMPILE_MIN_IMAGES = 80_000
+
+
+def resolve_jit_compile(flag, backend=None, xla_on_cpu=False, torch_compile=False,
+                        train_images=None):
     """`--jit-compile` -> `model.compile(jit_compile=...)`.
 
     `"auto"` picks what measured faster for the train step
-    (`benchmarks/train_step.py`, batch 32, a 2-core CPU shared with two
-    training runs, Keras 3.15.1; images/s, median of 3 interleaved rounds):
+    (`benchmarks/train_step.py`, 2-core CPU, Keras 3.15.1; images/s, median
+    of 3 interleaved rounds):
 
-    - torch: eager. Keras's `jit_compile=True` (the train step under
-      `torch.compile`, torch 2.13) gave the CapsNet 3.3 images/s (5.0 best,
-      3.5 CPU s per step) against 4.0 eager (2.9 CPU s per step), and its
-      first step took 240 s instead of 19 s. (On a GPU: not measured yet.)
+    - torch: `torch.compile` when `torch_compile` (the model measured faster
+      compiled) and the run trains on at least `TORCH_COMPILE_MIN_IMAGES`
+      images, else eager. CapsNet, after 10 warm-up steps: 65.4 images/s
+      compiled against 56.3 eager at batch 32 (0.08 s saved per step), 62.7
+      against 49.4 at batch 128 (0.55 s); but compiling the train and test
+      steps took ~200 s (a `--smoke --jit-compile true` run), the first ~10
+      steps recompile (1.5-2.4 s each instead of 0.7): repaid after ~2,500
+      steps at batch 32 (80k images) and ~360 at batch 128 (46k).
+      Efficient-CapsNet is faster eager (239 against 183 images/s at batch
+      32), so its examples never compile on torch.
     - TensorFlow: XLA when `xla_on_cpu`, else Keras's own `"auto"`, which
       uses XLA only with a GPU. Both CapsNet examples set it: the CapsNet
       trained at 9.3 images/s with XLA and 3.1 without (loaded machine);
       Efficient-CapsNet, whose strided conv is slices + matmul on TF CPU
-      (`StridedConv2D`), at 346 images/s with XLA and 208 without (batch 32;
-      270 and 197 at batch 128; quiet machine).
+      (`StridedConv2D`), at 396 images/s with XLA and 273 without (batch 32;
+      343 and 206 at batch 128; quiet machine).
     - JAX: Keras's `"auto"`, i.e. jit (CapsNet 7.5 images/s on the loaded
       machine; Efficient-CapsNet 55 jitted, 30 op by op, before its convs
-      became slices + matmul on JAX, then 200 at batch 32).
+      became slices + matmul on JAX, then 215 at batch 32).
     """
     if flag != "auto":
         return flag == "true"
     backend = backend or keras.backend.backend()
     if backend == "torch":
-        return False
+        return bool(torch_compile and (train_images or 0) >= TORCH_COMPILE_MIN_IMAGES)
     if backend == "tensorflow" and xla_on_cpu:
         return True
     return "auto"
@@ -166,7 +178,7 @@ def steps_in(dataset):
 
 def run(name, description, build_model, load_data, make_optimizer, figures=None,
         epochs=10, batch_size=32, routers=True, argv=None, add_arguments=None,
-        callbacks=None, xla_on_cpu=False):
+        callbacks=None, xla_on_cpu=False, torch_compile=False):
     """Trains, evaluates and reports one example; returns the metrics dict.
 
     build_model(args) -> keras.Model; load_data(args, batch_size, drop_remainder)
@@ -193,7 +205,9 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             model = build_model(args)
             # Keras's "auto" keeps XLA off under tf.distribute; so do we.
             jit = resolve_jit_compile(args.jit_compile,
-                                      xla_on_cpu=xla_on_cpu and not args.distribute)
+                                      xla_on_cpu=xla_on_cpu and not args.distribute,
+                                      torch_compile=torch_compile,
+                                      train_images=(steps or 0) * args.epochs * args.batch_size)
             model.compile(optimizer=make_optimizer(args, steps or 1),
                           metrics=["accuracy"], jit_compile=jit)
             throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)

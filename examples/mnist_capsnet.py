@@ -66,6 +66,7 @@ def main(argv=None):
         figures.capsule_figures(child_types=32), epochs=50, batch_size=128, argv=argv,
         add_arguments=add_arguments,
         xla_on_cpu=True,  # measured 3x faster on TF CPU for this model (common.py)
+        torch_compile=True,  # measured 1.16-1.27x faster once compiled (common.py)
     )
 
 

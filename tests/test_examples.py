@@ -127,6 +127,12 @@ def test_jit_compile_flag():
     resolve = example("common").resolve_jit_compile
     assert resolve("true") is True and resolve("false") is False
     assert resolve("auto", "torch") is False  # measured: eager is the faster on torch
+    # torch.compile only for models that measured faster compiled, on runs long
+    # enough to repay the compile (the smoke runs stay eager).
+    images = example("common").TORCH_COMPILE_MIN_IMAGES
+    assert resolve("auto", "torch", torch_compile=True, train_images=images) is True
+    assert resolve("auto", "torch", torch_compile=True, train_images=images - 1) is False
+    assert resolve("auto", "torch", torch_compile=False, train_images=10 * images) is False
     assert resolve("auto", "jax") == resolve("auto", "tensorflow") == "auto"
     assert resolve("auto", "tensorflow", xla_on_cpu=True) is True
     assert resolve("false", "tensorflow", xla_on_cpu=True) is False
