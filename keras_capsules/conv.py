@@ -46,6 +46,7 @@ def resolve_implementation(implementation, strides, inputs=None):
     backend = keras.backend.backend()
     strided = any(s > 1 for s in strides)
     if backend == "torch":
+        # "meta": Keras traces symbolic shapes on torch's meta device.
         device = getattr(getattr(inputs, "device", None), "type", "cpu")
         return "hybrid" if strided and device in ("cpu", "meta") else "conv"
     if backend not in ("jax", "tensorflow"):
