@@ -122,16 +122,6 @@ def window_output_size(size, kernel, stride, padding):
     return (size - kernel) // stride + 1
 
 
-def same_padding(sizes, kernel_size, strides):
-    """`(before, after)` zero padding per spatial axis for `"same"`, as a
-    convolution pads (output `ceil(n / s)`, `before = total // 2`)."""
-    pads = []
-    for n, k, s in zip(sizes, kernel_size, strides):
-        total = max((window_output_size(n, k, s, "same") - 1) * s + k - n, 0)
-        pads.append((total // 2, total - total // 2))
-    return pads
-
-
 def window_slices(x, kernel_size, strides, padding):
     """`(batch, *grid, *rest)` -> `prod(kernel_size)` tensors `(batch,
     *out_grid, *rest)`, one per kernel offset in row-major order.
@@ -146,8 +136,12 @@ def window_slices(x, kernel_size, strides, padding):
     spatial = x.shape[1 : 1 + rank]
     out = [window_output_size(*a, padding) for a in zip(spatial, kernel_size, strides)]
     if padding == "same":
+        pads = []
+        for n, k, s, o in zip(spatial, kernel_size, strides, out):
+            total = max((o - 1) * s + k - n, 0)
+            pads.append((total // 2, total - total // 2))
         rest = len(x.shape) - 1 - rank
-        x = ops.pad(x, [(0, 0), *same_padding(spatial, kernel_size, strides)] + [(0, 0)] * rest)
+        x = ops.pad(x, [(0, 0), *pads] + [(0, 0)] * rest)
     slices = []
     for offset in itertools.product(*(range(k) for k in kernel_size)):
         index = tuple(
@@ -155,4 +149,3 @@ def window_slices(x, kernel_size, strides, padding):
         )
         slices.append(x[(slice(None), *index)])
     return slices
-
