@@ -41,7 +41,10 @@ def plot_reconstructions(model, images, labels, path):
     # once per shape (a second shape doubled a CapsNet smoke run's figures).
     poses = ops.convert_to_numpy(model.encode(ops.convert_to_tensor(images), training=False))
     predictions = np.linalg.norm(poses, axis=-1).argmax(-1)  # the model's scores
-    decoded = ops.convert_to_numpy(model.reconstruct(images))
+    # `model.reconstruct(images)` without encoding the images a second time:
+    # the longest capsule kept, the others zeroed, decoded.
+    longest = np.eye(poses.shape[1], dtype=poses.dtype)[predictions][..., None]
+    decoded = ops.convert_to_numpy(model.decode(poses * longest))
     fig, axes = plt.subplots(2, len(images), figsize=(1.5 * len(images), 3.4), squeeze=False)
     for k in range(len(images)):
         _show(axes[0, k], images[k])

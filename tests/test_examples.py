@@ -126,7 +126,7 @@ def test_real_mnist_pipeline(augment):
 def test_jit_compile_flag():
     resolve = example("common").resolve_jit_compile
     assert resolve("true") is True and resolve("false") is False
-    assert resolve("auto", "torch") is False  # measured: eager is the faster on torch
+    assert resolve("auto", "torch") is False  # eager unless the model says compiled is faster
     # torch.compile only for models that measured faster compiled, on runs long
     # enough to repay the compile (the smoke runs stay eager).
     images = example("common").TORCH_COMPILE_MIN_IMAGES
