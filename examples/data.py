@@ -7,6 +7,7 @@ TensorFlow.
 
 import math
 import os
+import socket
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -15,7 +16,63 @@ AUTOTUNE = tf.data.AUTOTUNE
 
 
 class DatasetUnavailableError(RuntimeError):
-    """The dataset is neither prepared in the data dir nor downloadable."""
+    """The dataset is neither prepared in the data dir nor obtainable now.
+
+    `reason` tells the causes apart: `"missing_module"` (a package TFDS
+    needs is not installed), `"network"` (the download failed to connect)
+    or `"not_prepared"` (not in the data dir and not downloaded).
+    """
+
+    def __init__(self, message, reason):
+        super().__init__(message)
+        self.reason = reason
+
+
+# Import names whose pip package is called otherwise.
+_PIP_NAMES = {"importlib_resources": "importlib-resources", "tree": "dm-tree",
+              "array_record": "array-record", "google": "protobuf"}
+
+
+def _causes(error):
+    while error is not None:
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _is_network_error(error):
+    import requests  # a dependency of tensorflow-datasets
+
+    return isinstance(error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+                              ConnectionError, TimeoutError, socket.gaierror))
+
+
+def _unavailable(name, split, data_dir, error):
+    where = data_dir or "~/tensorflow_datasets (set TFDS_DATA_DIR or --data-dir)"
+    causes = list(_causes(error))
+    missing = next((e for e in causes if isinstance(e, ImportError)), None)
+    offline = (
+        f"Prepare it once with `tfds build {name} --data_dir DIR` (or "
+        f"`tfds.builder({name!r}, data_dir=DIR).download_and_prepare()`) on a "
+        "machine with internet access, then point TFDS_DATA_DIR (or the "
+        "--data-dir flag) at DIR."
+    )
+    if missing is not None:
+        module = (missing.name or "").split(".")[0] or str(missing)
+        package = _PIP_NAMES.get(module, module.replace("_", "-"))
+        return DatasetUnavailableError(
+            f"TFDS dataset {name!r} cannot be loaded: the Python module {module!r} that "
+            f"tensorflow-datasets needs is not installed ({type(missing).__name__}: "
+            f"{missing}). Install it with `pip install {package}` (or reinstall with "
+            '`pip install "keras-capsules[tfds]"`).', "missing_module")
+    if any(_is_network_error(e) for e in causes):
+        return DatasetUnavailableError(
+            f"TFDS dataset {name!r} (split {split!r}) is not prepared in {where} and "
+            f"the download failed: no network connection ({type(error).__name__}: "
+            f"{error}). {offline}", "network")
+    return DatasetUnavailableError(
+        f"TFDS dataset {name!r} (split {split!r}) is not prepared in {where} and "
+        f"could not be downloaded ({type(error).__name__}: {error}). {offline}",
+        "not_prepared")
 
 
 def load_split(name, split, data_dir=None, download=True):
@@ -24,15 +81,7 @@ def load_split(name, split, data_dir=None, download=True):
     try:
         return tfds.load(name, split=split, data_dir=data_dir, download=download)
     except Exception as error:  # TFDS raises many types (network, not found).
-        where = data_dir or "~/tensorflow_datasets (set TFDS_DATA_DIR or --data-dir)"
-        raise DatasetUnavailableError(
-            f"TFDS dataset {name!r} (split {split!r}) is not prepared in {where} and "
-            f"could not be downloaded ({type(error).__name__}: {error}). Prepare it "
-            f"once with `tfds build {name} --data_dir DIR` (or "
-            f"`tfds.builder({name!r}, data_dir=DIR).download_and_prepare()`) on a "
-            "machine with internet access, then point TFDS_DATA_DIR (or the "
-            "--data-dir flag) at DIR."
-        ) from error
+        raise _unavailable(name, split, data_dir, error) from error
 
 
 def _finish(ds, batch_size, training, shuffle_buffer, drop_remainder=False):

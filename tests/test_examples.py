@@ -106,7 +106,7 @@ def test_router_flag_lists_library_routers():
 
 @pytest.mark.real_mnist
 @pytest.mark.skipif(real_mnist_dir() is None,
-                    reason="real MNIST not prepared: run tools/prepare_tfds_mnist.py DIR "
+                    reason="real MNIST not prepared: run examples/prepare_mnist_offline.py NPZ DIR "
                     "and set TFDS_DATA_DIR=DIR")
 @pytest.mark.parametrize("augment", [None, "capsnet", "efficient_capsnet"])
 def test_real_mnist_pipeline(augment):

@@ -1,0 +1,108 @@
+"""A new user's first run: TFDS downloads into an empty data dir.
+
+The network is cut at the HTTP layer (every request fails at once), so the
+run must end in the examples' `DatasetUnavailableError` caused by a
+connection error. An `ImportError` on the way means the install misses a
+package that TFDS imports lazily on its download path.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import BACKEND
+from tests.test_examples import EXAMPLES, ROOT, example
+
+# Run before anything else in a process: every HTTP(S) request fails at once
+# (no DNS look-up, no retries with back-off).
+NO_NETWORK = """
+import requests
+
+def _refuse(self, request, *args, **kwargs):
+    raise requests.exceptions.ConnectionError(f"network disabled for the test: {request.url}")
+
+requests.adapters.HTTPAdapter.send = _refuse
+"""
+
+
+def _causes(error):
+    error = error.__cause__
+    while error is not None:
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+@pytest.mark.parametrize("name", ["mnist", "smallnorb"])
+def test_first_download_fails_on_the_network_not_on_an_import(name, tmp_path, monkeypatch):
+    import requests
+
+    data = example("data")
+    patched = {}
+    exec(NO_NETWORK.replace("requests.adapters.HTTPAdapter.send = _refuse", ""), patched)
+    monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", patched["_refuse"])
+    with pytest.raises(data.DatasetUnavailableError) as raised:
+        data.load_split(name, "train", data_dir=str(tmp_path / "empty"), download=True)
+    error = raised.value
+    causes = list(_causes(error))
+    assert not [e for e in causes if isinstance(e, ImportError)], causes
+    assert any(isinstance(e, requests.exceptions.ConnectionError) for e in causes), causes
+    assert error.reason == "network", str(error)
+    assert "no network connection" in str(error)
+    assert "TFDS_DATA_DIR" in str(error) and f"tfds build {name}" in str(error)
+
+
+def test_missing_module_names_the_package_to_install():
+    data = example("data")
+    try:
+        raise ModuleNotFoundError("No module named 'importlib_resources'",
+                                  name="importlib_resources")
+    except ModuleNotFoundError as cause:
+        error = data._unavailable("mnist", "train", None, cause)
+    assert error.reason == "missing_module"
+    assert "pip install importlib-resources" in str(error)
+    assert "network" not in str(error)
+
+
+def test_main_command_on_first_run_ends_with_the_network_message(tmp_path):
+    """The README's main command (one step of it) in a fresh interpreter."""
+    script = f"{EXAMPLES}/mnist_efficient_capsnet.py"
+    code = (
+        "import sys, runpy\n" + NO_NETWORK
+        + f"sys.argv = {[script, '--epochs', '1', '--steps-per-epoch', '1', '--data-dir', str(tmp_path / 'empty'), '--output-dir', str(tmp_path / 'out')]!r}\n"
+        + f"sys.path.insert(0, {EXAMPLES!r})\n"
+        + "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, env=_env())
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("data.DatasetUnavailableError:") or "DatasetUnavailableError" in last, (
+        result.stderr[-3000:])
+    assert "no network connection" in last and "TFDS_DATA_DIR" in last, last
+    assert "ModuleNotFoundError" not in result.stderr and "ImportError" not in result.stderr
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND=BACKEND)
+
+
+def test_offline_preparation_from_a_local_npz(tmp_path):
+    rng = np.random.default_rng(0)
+    arrays = {f"x_{s}": rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+              for s, n in (("train", 12), ("test", 6))}
+    arrays.update({f"y_{s}": rng.integers(0, 10, n) for s, n in (("train", 12), ("test", 6))})
+    np.savez(tmp_path / "mnist.npz", **arrays)
+    data_dir = str(tmp_path / "tfds")
+    example("prepare_mnist_offline").main([str(tmp_path / "mnist.npz"), data_dir])
+    images, labels = next(iter(example("data").mnist("test", 6, None, data_dir, download=False)))
+    # TFDS stores the examples in its own (hashed) order.
+    pixels = np.round(np.asarray(images)[..., 0] * 255.0).astype(np.uint8)
+    read = sorted(zip(np.asarray(labels).tolist(), [im.tobytes() for im in pixels]))
+    written = sorted(zip(arrays["y_test"].tolist(), [im.tobytes() for im in arrays["x_test"]]))
+    assert read == written
+    with pytest.raises(ValueError, match="x_train"):
+        np.savez(tmp_path / "bad.npz", **dict(arrays, x_train=arrays["x_train"][:, :27]))
+        example("prepare_mnist_offline").read_npz(tmp_path / "bad.npz")
