@@ -21,8 +21,6 @@ import pytest
 from tests import distributed_worker as worker
 from tests.conftest import BACKEND
 
-pytestmark = pytest.mark.multiprocess
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROCESSES = 2
 TIMEOUT = 240  # Seconds for all workers of one run (a loaded 2-core machine).
@@ -127,6 +125,7 @@ def assert_weights_match(runs, expected):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", MODEL_NAMES[:2])
 def test_two_processes_train_as_one_on_the_whole_batch(cluster_run, name):
     runs = [load(cluster_run, name, p) for p in range(PROCESSES)]
@@ -138,6 +137,7 @@ def test_two_processes_train_as_one_on_the_whole_batch(cluster_run, name):
     assert_weights_match(runs, expected)
 
 
+@pytest.mark.multiprocess
 def test_spread_loss_margin_is_the_same_on_every_process(cluster_run):
     runs = [load(cluster_run, "matrix_capsnet", p) for p in range(PROCESSES)]
     model, expected = single_process("matrix_capsnet", runs[0]["initial"])
@@ -147,3 +147,28 @@ def test_spread_loss_margin_is_the_same_on_every_process(cluster_run):
     for run in runs:
         assert run["margin"] == pytest.approx(scheduler.margin_at(worker.STEPS - 1))
     assert_weights_match(runs, expected)
+
+
+def test_launcher_environment_is_read_per_backend():
+    from keras_capsules.distribute import launcher_environment
+
+    assert launcher_environment("jax", {}) is None
+    assert launcher_environment("torch", {"TF_CONFIG": "{}"}) is None
+    torch_env = dict(RANK="1", WORLD_SIZE="2", MASTER_ADDR="h", MASTER_PORT="1")
+    assert launcher_environment("torch", torch_env) == torch_env
+    assert launcher_environment("tensorflow", {"TF_CONFIG": "{}"}) == {"TF_CONFIG": "{}"}
+    with pytest.raises(ValueError, match="Received: JAX_COORDINATOR_ADDRESS='h:1', "
+                                         "JAX_NUM_PROCESSES=None"):
+        launcher_environment("jax", {"JAX_COORDINATOR_ADDRESS": "h:1"})
+
+
+def test_global_batch_must_split_evenly():
+    from keras_capsules.distribute import local_batches
+
+    images, labels = np.zeros((6, 2), "float32"), np.zeros(6, "int32")
+    with pytest.raises(ValueError, match="Received: batch_size=3"):
+        next(local_batches(images, labels, batch_size=3, num_processes=2, process_id=0))
+    slices = list(local_batches(images + np.arange(6)[:, None], labels, 6, 2, 1))
+    assert len(slices) == 1
+    np.testing.assert_array_equal(np.asarray(slices[0][0])[:, 0], [1, 3, 5] if BACKEND == "torch"
+                                  else [3, 4, 5])
