@@ -18,11 +18,11 @@
 
 Multi-process runs are recognised by the launcher's environment:
 
-| backend | variables | launcher |
-| --- | --- | --- |
-| torch | `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` (`LOCAL_RANK`) | `torchrun` |
-| tensorflow | `TF_CONFIG` (cluster `worker` list, this `task`) | any |
-| jax | `JAX_COORDINATOR_ADDRESS` (host:port of process 0), `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID` | any |
+- torch: `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` (and
+  `LOCAL_RANK`), as `torchrun` sets them;
+- tensorflow: `TF_CONFIG`, the cluster's `worker` addresses and this `task`;
+- jax: `JAX_COORDINATOR_ADDRESS` (host:port of process 0),
+  `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID`.
 
 Without them, `scope()` uses the devices of this process (torch needs
 `torchrun`, also on one machine). Every process runs the same program on
@@ -130,8 +130,9 @@ def _jax_scope(launcher):
     import jax
 
     if launcher is not None:
-        # XLA's CPU client needs cross-process collectives (the default in
-        # recent JAX; older releases have none); $JAX_CPU_COLLECTIVES_IMPLEMENTATION wins.
+        # XLA's CPU client needs cross-process collectives (gloo is the
+        # default in recent JAX, older ones had none); an explicit
+        # $JAX_CPU_COLLECTIVES_IMPLEMENTATION (e.g. mpi) wins.
         if not os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION"):
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
         # jax.distributed.initialize, then one random seed for all processes,
@@ -149,8 +150,8 @@ def _jax_scope(launcher):
                       distribution)
     finally:
         keras.distribution.set_distribution(None)
-        if launcher is not None:
-            jax.distributed.shutdown()
+    if launcher is not None:  # Waits for every process: not after an error.
+        jax.distributed.shutdown()
 
 
 @contextlib.contextmanager
@@ -160,11 +161,8 @@ def _tensorflow_scope(launcher):
     if launcher is not None:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()  # Reads TF_CONFIG.
         config = json.loads(launcher["TF_CONFIG"])
-        num_processes = len(config["cluster"].get("worker", [])) + len(
-            config["cluster"].get("chief", []))
-        task = config["task"]
-        process_id = task["index"] + (
-            len(config["cluster"].get("chief", [])) if task["type"] == "worker" else 0)
+        num_processes, process_id = _tf_worker(
+            config["cluster"], config["task"]["type"], config["task"]["index"])
     else:
         devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
         strategy = tf.distribute.MirroredStrategy([d.name for d in devices])
@@ -202,6 +200,13 @@ def _torch_scope(launcher):
             dist.destroy_process_group()
 
 
+def _tf_worker(cluster, task_type, task_index):
+    """(workers, this worker's index) of a TF_CONFIG cluster; a chief is 0."""
+    chiefs = len(cluster.get("chief", []))
+    return chiefs + len(cluster.get("worker", [])), task_index + (
+        chiefs if task_type == "worker" else 0)
+
+
 def fit(model, x, y=None, batch_size=None, epochs=1, steps_per_epoch=None,
         callbacks=None, validation_data=None, validation_steps=None, verbose="auto"):
     """`model.fit` in a `scope()`, on global batches; returns the `History`.
@@ -211,9 +216,10 @@ def fit(model, x, y=None, batch_size=None, epochs=1, steps_per_epoch=None,
     JAX, this is `model.fit` (`keras.distribution` shards the batches per
     process). With several torch or TensorFlow processes each process takes
     its slice of every global batch and trains on it: torch in a
-    `DistributedDataParallel` step, TensorFlow with `model.train_on_batch`
+    `DistributedDataParallel` step, TensorFlow with Keras's `train_step`
     under `MultiWorkerMirroredStrategy` (Keras 3's `fit` fails there:
-    keras-team/keras#20585).
+    keras-team/keras#20585). `callbacks` and `validation_data` work as in
+    `model.fit` there too.
     """
     loop = _multi_process_loop(model)
     if loop is None:
@@ -247,12 +253,9 @@ def _multi_process_loop(model):
         strategy = model.distribute_strategy
         if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             resolver = strategy.cluster_resolver
-            workers = len(resolver.cluster_spec().as_dict().get("worker", [])) + len(
-                resolver.cluster_spec().as_dict().get("chief", []))
+            workers, index = _tf_worker(resolver.cluster_spec().as_dict(),
+                                        resolver.task_type, resolver.task_id)
             if workers > 1:
-                index = resolver.task_id + (
-                    len(resolver.cluster_spec().as_dict().get("chief", []))
-                    if resolver.task_type == "worker" else 0)
                 return _TensorFlowLoop(model, workers, index)
     return None
 
@@ -370,24 +373,23 @@ class _TensorFlowLoop(_Loop):
             return function
 
         self._train, self._test = run(model.train_step), run(model.test_step)
-        self.built = False
+        self.optimizer_built = False
 
-    def _build(self, inputs):
-        if not self.built:  # Optimizer and metric variables, before tracing.
-            model = self.model
-            with model.distribute_strategy.scope():
-                model.optimizer.build(model.trainable_variables)
-            self.built = True
+    def _build_optimizer(self):
+        # Its variables, mirrored, before the first step is traced.
+        if not self.optimizer_built:
+            with self.model.distribute_strategy.scope():
+                self.model.optimizer.build(self.model.trainable_variables)
+            self.optimizer_built = True
 
     def train_step(self, inputs, labels):
-        self._build(inputs)
+        self._build_optimizer()
         return {k: float(v) for k, v in self._train(inputs, labels).items()}
 
     def evaluate(self, x, y, batch_size, steps):
         self.model.reset_metrics()
         logs = {}
         for step, (inputs, labels) in enumerate(self.batches(x, y, batch_size)):
-            self._build(inputs)
             logs = self._test(inputs, labels)
             if step + 1 == steps:
                 break
