@@ -1,7 +1,8 @@
 """Training images/s of `keras_capsules.distribute` on 1 and on N processes.
 
 usage: python benchmarks/distributed.py [--backends torch,tensorflow,jax]
-           [--processes 1,2] [--batch 32] [--steps 6] [--warmup 2]
+           [--processes 1,2] [--batch 32] [--steps 10] [--warmup 2] [--repeats 2]
+           [--threads N]
 
 For each backend and process count, starts the processes on localhost with
 the launcher environment of `keras_capsules.distribute` (torchrun's
@@ -9,8 +10,9 @@ variables, TF_CONFIG, the JAX coordinator variables; one process: no
 launcher, plain `model.fit`). Each trains `EfficientCapsNet()` (MNIST
 sized) with Adam on random in-memory global batches of `--batch` images,
 `--warmup` steps untimed, then `--steps` timed; process 0 reports the
-global images/s. The CPU threads are split over the processes
-(cores / processes each). TensorFlow runs without XLA on both sides (the
+global images/s; the runs of each backend alternate between the process
+counts for `--repeats` rounds, and the median is reported. The CPU threads are split over the processes
+(cores / processes each; `--threads` sets it). TensorFlow runs without XLA on both sides (the
 multi-worker step is a `tf.function`), JAX jitted, torch eager.
 """
 
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -47,7 +50,7 @@ def launcher_env(backend, processes, process_id, ports):
 
 
 def measure(backend, processes, args):
-    threads = str(max(1, os.cpu_count() // processes))
+    threads = str(args.threads or max(1, os.cpu_count() // processes))
     ports = [free_port() for _ in range(processes)]
     env = dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND=backend, OMP_NUM_THREADS=threads,
                TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS="1",
@@ -56,7 +59,7 @@ def measure(backend, processes, args):
         [sys.executable, __file__, "--worker", str(args.batch), str(args.warmup),
          str(args.steps)],
         env=dict(env, **launcher_env(backend, processes, i, ports)), cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(processes)]
     try:
         outputs = [w.communicate(timeout=900)[0] for w in workers]
@@ -71,10 +74,8 @@ def measure(backend, processes, args):
 
 
 def worker(batch, warmup, steps):
-    try:
+    if os.environ.get("KERAS_BACKEND") == "torch":
         import torch  # noqa: F401  (before tensorflow)
-    except ImportError:
-        pass
     import keras
     import numpy as np
     import tensorflow as tf
@@ -91,10 +92,11 @@ def worker(batch, warmup, steps):
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 1, (batch * 4, 28, 28, 1)).astype("float32")
     labels = rng.integers(0, 10, batch * 4)
-    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch).repeat()
     multi = distribute.launcher_environment() is not None
     timer = Timer()
+    # The scope first: TF's collectives must be set up before any TF op runs.
     with distribute.scope() if multi else _nothing() as cluster:
+        dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch).repeat()
         model = kc.models.EfficientCapsNet()
         model.compile(optimizer="adam", jit_compile=keras.backend.backend() == "jax")
         distribute.fit(model, dataset, steps_per_epoch=warmup + steps, callbacks=[timer],
@@ -116,18 +118,25 @@ def main():
     parser.add_argument("--backends", default="torch,tensorflow,jax")
     parser.add_argument("--processes", default="1,2")
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads per process (default: cores / processes)")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPU cores; EfficientCapsNet, global batch {args.batch}, "
-          f"{args.steps} timed steps")
+          f"{args.steps} timed steps, median of {args.repeats}")
+    counts = list(map(int, args.processes.split(",")))
     for backend in args.backends.split(","):
-        rates = {}
-        for processes in map(int, args.processes.split(",")):
-            rates[processes] = measure(backend, processes, args)["images_per_second"]
-            print(f"{backend:10s} {processes} process(es): {rates[processes]:7.1f} images/s"
-                  + (f"  (x{rates[processes] / rates[1]:.2f})" if 1 in rates else ""),
-                  flush=True)
+        runs = {n: [] for n in counts}
+        for _ in range(args.repeats):
+            for n in counts:
+                runs[n].append(measure(backend, n, args)["images_per_second"])
+        rates = {n: statistics.median(r) for n, r in runs.items()}
+        for n in counts:
+            print(f"{backend:10s} {n} process(es): {rates[n]:7.1f} images/s "
+                  f"(runs: {', '.join(f'{r:.1f}' for r in runs[n])})"
+                  + (f"  x{rates[n] / rates[1]:.2f}" if 1 in rates else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -34,10 +34,10 @@ global array), per replica on TensorFlow (unless the layer is built with
 
 Example (each process runs this; `images`, `labels` hold the whole data):
 
->>> with keras_capsules.distribute.scope() as cluster:
+>>> with keras_capsules.distribute.scope() as cluster:  # Before any TF/JAX op.
+...     dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(64)
 ...     model = keras_capsules.models.EfficientCapsNet((28, 28, 1), 10)
 ...     model.compile(optimizer="adam", metrics=["accuracy"])
-...     dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(64)
 ...     keras_capsules.distribute.fit(model, dataset, epochs=5)
 ...     if cluster.is_chief:
 ...         model.save("model.keras")

@@ -7,6 +7,7 @@ fixed global batch (the other rows are noise there). Their final weights
 must agree, and equal one process trained on the whole clean batch.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -36,21 +37,18 @@ def free_ports(count):
     return ports
 
 
-def launcher_environment(process_id):
+def launcher_environment(process_id, ports):
     """What torchrun, a TF_CONFIG cluster or a JAX launcher would set."""
     if BACKEND == "torch":
         return {"RANK": str(process_id), "LOCAL_RANK": str(process_id),
                 "WORLD_SIZE": str(PROCESSES), "MASTER_ADDR": "localhost",
-                "MASTER_PORT": str(PORTS[0])}
+                "MASTER_PORT": str(ports[0])}
     if BACKEND == "tensorflow":
         return {"TF_CONFIG": json.dumps({
-            "cluster": {"worker": [f"localhost:{p}" for p in PORTS]},
+            "cluster": {"worker": [f"localhost:{p}" for p in ports]},
             "task": {"type": "worker", "index": process_id}})}
-    return {"JAX_COORDINATOR_ADDRESS": f"localhost:{PORTS[0]}",
+    return {"JAX_COORDINATOR_ADDRESS": f"localhost:{ports[0]}",
             "JAX_NUM_PROCESSES": str(PROCESSES), "JAX_PROCESS_ID": str(process_id)}
-
-
-PORTS = free_ports(PROCESSES)
 
 
 def run_workers(out_dir, names):
@@ -59,13 +57,13 @@ def run_workers(out_dir, names):
             if k not in ("TF_CONFIG", "RANK", "WORLD_SIZE", "XLA_FLAGS")}
     base.update(PYTHONPATH=ROOT, KERAS_BACKEND=BACKEND, CUDA_VISIBLE_DEVICES="",
                 OMP_NUM_THREADS="1")
-    workers = []
+    ports, workers = free_ports(PROCESSES), []
     try:
         for process_id in range(PROCESSES):
             log = open(os.path.join(out_dir, f"worker{process_id}.log"), "w")
             workers.append(subprocess.Popen(
                 [sys.executable, "-m", "tests.distributed_worker", str(out_dir), *names],
-                env=dict(base, **launcher_environment(process_id)), cwd=ROOT,
+                env=dict(base, **launcher_environment(process_id, ports)), cwd=ROOT,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             log.close()
         deadline = time.monotonic() + TIMEOUT
@@ -109,12 +107,34 @@ MODEL_NAMES = ["capsule", "efficient_capsnet", "matrix_capsnet"]
 
 
 @pytest.fixture(scope="module")
-def cluster_run(tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("distributed")
-    start = time.monotonic()
-    run_workers(out_dir, MODEL_NAMES)
-    print(f"workers: {time.monotonic() - start:.1f} s")
+def cluster_run(request, tmp_path_factory):
+    """The workers' output dir. Under pytest-xdist the first test process to
+    need it runs the workers, the others of this run wait and read it."""
+    root = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):  # An xdist process: share the run's dir.
+        root = root.parent
+    out_dir = root / f"distributed-{BACKEND}"
+    with exclusive(root / f"distributed-{BACKEND}.lock"):
+        if not (out_dir / "done").exists():
+            out_dir.mkdir(exist_ok=True)
+            run_workers(out_dir, MODEL_NAMES)
+            (out_dir / "done").touch()
     return out_dir
+
+
+@contextlib.contextmanager
+def exclusive(lock_path):
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock; runs without xdist still work.
+        yield
+        return
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def assert_weights_match(runs, expected):
@@ -144,8 +164,10 @@ def test_spread_loss_margin_is_the_same_on_every_process(cluster_run):
     # Set before each of the 3 steps from optimizer.iterations: margin_at(2).
     scheduler = worker.kc.callbacks.SpreadLossMarginScheduler(
         model.spread_loss, 0.2, 0.9, worker.MARGIN_STEPS)
+    margin = scheduler.margin_at(worker.STEPS - 1)
+    assert float(np.asarray(model.spread_loss.margin.numpy())) == pytest.approx(margin)
     for run in runs:
-        assert run["margin"] == pytest.approx(scheduler.margin_at(worker.STEPS - 1))
+        assert run["margin"] == pytest.approx(margin)
     assert_weights_match(runs, expected)
 
 
