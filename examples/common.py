@@ -17,6 +17,7 @@ import time
 import keras  # Before tensorflow: torch and TF clash if TF loads first.
 
 import keras_capsules
+from keras_capsules import distribute
 from keras_capsules.routing import Router
 
 MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -54,7 +55,10 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None,
                         help="where logs, metrics, model and figures go")
     parser.add_argument("--mixed-precision", choices=MIXED_PRECISION, default="float32")
     parser.add_argument("--distribute", action="store_true",
-                        help="data-parallel on all local devices (JAX, TensorFlow)")
+                        help="data-parallel: on all local devices (JAX, TensorFlow), or on "
+                             "all processes when started by a launcher (torchrun, TF_CONFIG, "
+                             "JAX_COORDINATOR_ADDRESS/JAX_NUM_PROCESSES/JAX_PROCESS_ID); "
+                             "see keras_capsules.distribute")
     parser.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
                         help="compile the train step: XLA on TF and JAX, torch.compile on "
                              "torch. auto: what measured faster (see resolve_jit_compile): "
@@ -76,34 +80,27 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None,
 
 @contextlib.contextmanager
 def distribution_scope(enabled):
-    """Yields the number of replicas; sets up the backend's data parallelism."""
-    if not enabled:
-        yield 1
-        return
-    backend = keras.backend.backend()
-    if backend == "jax":
-        devices = keras.distribution.list_devices()
-        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
-        print(f"Data-parallel on {len(devices)} JAX devices: {devices}")
-        try:
-            yield len(devices)
-        finally:
-            keras.distribution.set_distribution(None)
-    elif backend == "tensorflow":
-        import tensorflow as tf
+    """Yields the `keras_capsules.distribute.Cluster` this process trains in.
 
-        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
-        strategy = tf.distribute.MirroredStrategy([d.name for d in devices])
-        print(f"MirroredStrategy on {strategy.num_replicas_in_sync} devices")
-        with strategy.scope():
-            yield strategy.num_replicas_in_sync
-    else:
+    With `enabled`, the backend's data parallelism (`distribute.scope()`):
+    all local devices of one process, or all processes of a multi-process
+    run when the launcher's environment is present (torchrun's variables,
+    TF_CONFIG, JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID).
+    """
+    backend = keras.backend.backend()
+    if not enabled:
+        yield distribute.Cluster(backend)
+        return
+    if backend == "torch" and distribute.launcher_environment(backend) is None:
         raise SystemExit(
-            f"--distribute is not supported on the {backend} backend: Keras has no "
-            "data-parallel trainer for it here. Use KERAS_BACKEND=jax "
-            "(keras.distribution.DataParallel) or KERAS_BACKEND=tensorflow "
-            "(tf.distribute.MirroredStrategy), or run without --distribute."
+            "--distribute on the torch backend runs one process per device: start "
+            "the script with torchrun, e.g. `torchrun --nproc_per_node=2 "
+            f"{os.path.basename(sys.argv[0])} --distribute ...` (see the README)."
         )
+    with distribute.scope() as cluster:
+        print(f"Data-parallel on {backend}: {cluster.replicas} replicas in "
+              f"{cluster.num_processes} process(es), this is process {cluster.process_id}")
+        yield cluster
 
 
 class Throughput(keras.callbacks.Callback):
@@ -199,7 +196,11 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
 
         mock = tfds.testing.mock_data(num_examples=SMOKE_BATCH_SIZE * SMOKE_STEPS * 2)
     try:
-        with mock, distribution_scope(args.distribute) as replicas:
+        with mock, distribution_scope(args.distribute) as cluster:
+            replicas = cluster.replicas
+            if not cluster.is_chief:  # Every process writes; process 0 to --output-dir.
+                output_dir = os.path.join(output_dir, f"process{cluster.process_id}")
+                os.makedirs(output_dir, exist_ok=True)
             train, test = load_data(args, args.batch_size, drop_remainder=replicas > 1)
             steps = args.steps_per_epoch or steps_in(train)
             model = build_model(args)
@@ -218,14 +219,14 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             if callbacks is not None:
                 fit_callbacks += callbacks(model, args, steps or 1)
             start = time.perf_counter()
-            history = model.fit(
-                train, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
+            history = distribute.fit(
+                model, train, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
                 validation_data=test, validation_steps=SMOKE_STEPS if args.smoke else None,
                 callbacks=fit_callbacks, verbose=2 if args.smoke else "auto",
             )
             train_seconds = time.perf_counter() - start
-            results = model.evaluate(
-                test, steps=SMOKE_STEPS if args.smoke else None, verbose=0, return_dict=True
+            results = distribute.evaluate(
+                model, test, steps=SMOKE_STEPS if args.smoke else None
             )  # A dict: callbacks may add metrics (e.g. the spread-loss margin).
             test_loss, test_accuracy = results["loss"], results["accuracy"]
             model_path = os.path.join(output_dir, "model.keras")
@@ -250,6 +251,7 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
         "mixed_precision": args.mixed_precision,
         "distribute": args.distribute,
         "replicas": replicas,
+        "processes": cluster.num_processes,
         "router": getattr(args, "router", None),
         "smoke": args.smoke,
         "command": " ".join([os.path.basename(sys.argv[0])] + list(

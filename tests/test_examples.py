@@ -71,7 +71,8 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 """
 
 
-@pytest.mark.skipif(BACKEND == "torch", reason="torch has no data-parallel trainer here")
+@pytest.mark.skipif(BACKEND == "torch", reason="torch: one process per device (torchrun), "
+                    "tests/test_distributed.py")
 def test_distribute_on_two_virtual_cpu_devices(tmp_path):
     script = os.path.join(EXAMPLES, "mnist_efficient_capsnet.py")
     args = [script, "--smoke", "--distribute", "--output-dir", str(tmp_path)]
@@ -88,8 +89,10 @@ def test_distribute_on_two_virtual_cpu_devices(tmp_path):
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="the torch message only")
-def test_distribute_on_torch_says_it_is_not_supported(tmp_path):
-    with pytest.raises(SystemExit, match="not supported on the torch backend"):
+def test_distribute_on_torch_without_torchrun_says_how_to_launch(tmp_path, monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit, match="torchrun --nproc_per_node=2"):
         example("mnist_capsnet").main(["--smoke", "--distribute", "--output-dir", str(tmp_path)])
 
 
