@@ -230,6 +230,7 @@ def test_multimnist_loss_accuracy_and_saving(tmp_path):
     """Margin loss with both classes present + each digit reconstructed from
     its own capsule; accuracy 1 only when both are the two longest."""
     mm = example("multimnist_capsnet")
+    keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     images = rng.uniform(size=(4, 20, 20, 1)).astype("float32")
     labels = np.array([[0, 1], [2, 3], [1, 3], [3, 0]], "int32")
@@ -251,8 +252,9 @@ def test_multimnist_loss_accuracy_and_saving(tmp_path):
         decoded = keras.ops.convert_to_numpy(model.decode(poses * keep.astype("float32")))
         mse += ((decoded - digits[:, k]) ** 2).mean()
     np.testing.assert_allclose(results["loss"], margin + 0.5 * mse, rtol=1e-4)
-    top_two = np.sort(np.argsort(-scores, -1)[:, :2], -1)
-    accuracy = np.mean(np.all(top_two == np.sort(labels, -1), -1))
+    # Ties with the second longest count as predicted (a tiny net can tie).
+    predicted = scores >= np.sort(scores, -1)[:, -2:-1]
+    accuracy = np.mean(np.all(predicted == two_hot.astype(bool), -1))
     np.testing.assert_allclose(results["accuracy"], accuracy)
     correct = mm.top_two_correct(np.array([[1, 0, 1, 0], [1, 1, 0, 0]], "float32"),
                                  np.array([[0.9, 0.1, 0.8, 0.7], [0.9, 0.1, 0.8, 0.7]], "float32"))
