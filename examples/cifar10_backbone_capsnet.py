@@ -71,7 +71,8 @@ def load_data(args, batch_size, drop_remainder=False):
 
 def make_optimizer(args, steps_per_epoch):
     total_steps = max(steps_per_epoch * args.epochs, 1)
-    return keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(1e-3, total_steps, 0.1))
+    schedule = keras.optimizers.schedules.ExponentialDecay(1e-3, total_steps, 0.1)
+    return keras.optimizers.Adam(schedule)
 
 
 def main(argv=None):

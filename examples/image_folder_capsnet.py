@@ -79,7 +79,8 @@ def build_model(args):
 def make_optimizer(args, steps_per_epoch):
     rate = 5e-4 if args.model == "efficient" else 1e-3
     total_steps = max(steps_per_epoch * args.epochs, 1)
-    return keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(rate, total_steps, 0.1))
+    schedule = keras.optimizers.schedules.ExponentialDecay(rate, total_steps, 0.1)
+    return keras.optimizers.Adam(schedule)
 
 
 def main(argv=None):

@@ -130,7 +130,8 @@ def make_optimizer(args, steps_per_epoch):
     # Both papers' Adam rates, decayed to x0.1 over the run.
     rate = 1e-3 if args.model == "capsnet" else 5e-4
     total_steps = max(steps_per_epoch * args.epochs, 1)
-    return keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(rate, total_steps, 0.1))
+    schedule = keras.optimizers.schedules.ExponentialDecay(rate, total_steps, 0.1)
+    return keras.optimizers.Adam(schedule)
 
 
 def plot_multimnist(model, images, labels, path):
