@@ -67,11 +67,24 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None,
                              f"{TORCH_COMPILE_MIN_IMAGES:,}+ training images, else eager")
     parser.add_argument("--steps-per-epoch", type=int, default=None,
                         help="limit the steps of each epoch (default: the whole split)")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
+                        help="stop training after the step that passes this wall time "
+                             "(the learning-rate schedule still plans --epochs); "
+                             "then evaluate as usual")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of Python, NumPy, TensorFlow and the backend "
+                             "(keras.utils.set_random_seed; default: unseeded)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="train this many runs, seeds SEED, SEED+1, ... (SEED: --seed "
+                             "or 0), each in OUTPUT_DIR/seed_<seed>; metrics.json gets the "
+                             "mean and std of their test accuracies")
     parser.add_argument("--smoke", action="store_true",
                         help=f"{SMOKE_STEPS} steps on tfds.testing.mock_data (for tests)")
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error(f"--seeds must be >= 1. Received: --seeds {args.seeds}")
     if args.smoke:
         args.epochs, args.batch_size = 1, SMOKE_BATCH_SIZE
         args.steps_per_epoch = SMOKE_STEPS
@@ -126,6 +139,24 @@ class Throughput(keras.callbacks.Callback):
         return counted * self.batch_size / self.seconds
 
 
+class TimeBudget(keras.callbacks.Callback):
+    """Stops `fit` after the first step that ends past `minutes` of training."""
+
+    def __init__(self, minutes):
+        super().__init__()
+        self.seconds = 60.0 * minutes
+        self.steps, self.stopped_at_step = 0, None
+
+    def on_train_begin(self, logs=None):
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+        if self.stopped_at_step is None and time.perf_counter() - self.start > self.seconds:
+            self.stopped_at_step = self.steps
+            self.model.stop_training = True  # Keras checks it after every step
+
+
 # Training images from which torch.compile pays for itself (CapsNet, see below).
 TORCH_COMPILE_MIN_IMAGES = 80_000
 
@@ -175,20 +206,26 @@ def steps_in(dataset):
 
 def run(name, description, build_model, load_data, make_optimizer, figures=None,
         epochs=10, batch_size=32, routers=True, argv=None, add_arguments=None,
-        callbacks=None, xla_on_cpu=False, torch_compile=False):
+        callbacks=None, xla_on_cpu=False, torch_compile=False, metrics=None):
     """Trains, evaluates and reports one example; returns the metrics dict.
 
     build_model(args) -> keras.Model; load_data(args, batch_size, drop_remainder)
     -> (train, test) tf.data datasets; make_optimizer(args, steps_per_epoch);
     figures(model, test_dataset, output_dir) writes extra PNGs;
     add_arguments(parser) adds the example's own flags; callbacks(model, args,
-    steps_per_epoch) -> extra `fit` callbacks.
+    steps_per_epoch) -> extra `fit` callbacks; metrics: the compiled metrics,
+    one named "accuracy" (default `["accuracy"]`).
     """
+    call = dict(locals())  # this call's arguments, for run_seeds
     from figures import plot_history  # Imports matplotlib only when running.
 
     args = parse_args(description, epochs, batch_size, routers, argv, add_arguments)
     output_dir = args.output_dir or os.path.join("runs", name)
     os.makedirs(output_dir, exist_ok=True)
+    if args.seeds > 1:
+        return run_seeds(call, args, output_dir)
+    if args.seed is not None:
+        keras.utils.set_random_seed(args.seed)
     keras.config.set_dtype_policy(args.mixed_precision)
     mock = contextlib.nullcontext()
     if args.smoke:
@@ -210,7 +247,7 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
                                       torch_compile=torch_compile,
                                       train_images=(steps or 0) * args.epochs * args.batch_size)
             model.compile(optimizer=make_optimizer(args, steps or 1),
-                          metrics=["accuracy"], jit_compile=jit)
+                          metrics=metrics or ["accuracy"], jit_compile=jit)
             throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)
             fit_callbacks = [
                 keras.callbacks.CSVLogger(os.path.join(output_dir, "training_log.csv")),
@@ -218,6 +255,9 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             ]
             if callbacks is not None:
                 fit_callbacks += callbacks(model, args, steps or 1)
+            budget = None if args.time_budget is None else TimeBudget(args.time_budget)
+            if budget is not None:
+                fit_callbacks.append(budget)
             start = time.perf_counter()
             history = distribute.fit(
                 model, train, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
@@ -254,6 +294,11 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
         "processes": cluster.num_processes,
         "router": getattr(args, "router", None),
         "smoke": args.smoke,
+        "seed": args.seed,
+        "time_budget_minutes": args.time_budget,
+        "trained_steps": throughput.steps,  # all epochs; fewer when the budget stopped it
+        "stopped_by_time_budget": budget is not None and budget.stopped_at_step is not None,
+        **getattr(args, "extra_metrics", {}),  # set by an example's load_data
         "command": " ".join([os.path.basename(sys.argv[0])] + list(
             sys.argv[1:] if argv is None else argv)),
     }
@@ -261,4 +306,42 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
         json.dump(metrics, f, indent=2)
     print(f"Test accuracy {test_accuracy:.4f}; {metrics['images_per_second'] or math.nan:.1f} "
           f"training images/s on {metrics['backend']}; outputs in {output_dir}")
+    return metrics
+
+
+PER_RUN = ("test_accuracy", "test_loss", "images_per_second", "train_seconds", "seed", "command",
+           "trained_steps", "stopped_by_time_budget")
+
+
+def run_seeds(call, args, output_dir):
+    """`--seeds N`: `run` once per seed, then the mean and std of the test accuracies.
+
+    Every run trains and evaluates the same way; none is picked over the
+    others (the test set selects nothing), so the spread is the honest one.
+    """
+    argv = list(sys.argv[1:] if call["argv"] is None else call["argv"])
+    first = args.seed or 0
+    runs = []
+    for seed in range(first, first + args.seeds):
+        seed_argv = argv + ["--seeds", "1", "--seed", str(seed),
+                            "--output-dir", os.path.join(output_dir, f"seed_{seed}")]
+        runs.append(run(**{**call, "argv": seed_argv}))
+    accuracies = [r["test_accuracy"] for r in runs]
+    mean = sum(accuracies) / len(accuracies)
+    std = math.sqrt(sum((a - mean) ** 2 for a in accuracies) / (len(accuracies) - 1))
+    metrics = {
+        # What the runs share (model, data, budget); per-run values are in "runs".
+        **{k: v for k, v in runs[0].items() if k not in PER_RUN},
+        "seeds": list(range(first, first + args.seeds)),
+        "test_accuracy_mean": mean,
+        "test_accuracy_std": std,  # sample standard deviation (ddof=1)
+        "test_accuracies": accuracies,
+        "train_seconds": sum(r["train_seconds"] for r in runs),
+        "runs": runs,
+        "command": " ".join([os.path.basename(sys.argv[0])] + argv),
+    }
+    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2)
+    print(f"Test accuracy over {args.seeds} seeds: {100 * mean:.2f} +- {100 * std:.2f} % "
+          f"(mean +- sample std); outputs in {output_dir}")
     return metrics

@@ -203,3 +203,111 @@ def smallnorb_train_test(args, batch_size, drop_remainder=False):
     """The examples' `load_data` for smallNORB: (train, test) batches."""
     return tuple(smallnorb(split, batch_size, data_dir=args.data_dir, drop_remainder=drop_remainder)
                  for split in ("train", "test"))
+
+
+# ------------------------------------------------------------- MultiMNIST
+
+MULTIMNIST_SIZE = 36  # 28 + 2 x 4: each digit shifted up to 4 px each way
+
+
+def _all_examples(name, split, data_dir, download):
+    """A whole (small) TFDS split as `(uint8 images, int32 labels)` tensors."""
+    ds = load_split(name, split, data_dir, download)
+    images, labels = [], []
+    for batch in ds.batch(10_000):
+        images.append(batch["image"])
+        labels.append(tf.cast(batch["label"], tf.int32))
+    return tf.concat(images, 0), tf.concat(labels, 0)
+
+
+def overlay_pair(first, second, offsets, size=MULTIMNIST_SIZE):
+    """Places two `(h, w, 1)` float digits on a `size x size` canvas.
+
+    offsets: int `(2, 2)`, the (top, left) corner of each digit, in
+    `[0, size - h]`; the canvas is the clipped sum of the two. Returns
+    `(merged (size, size, 1), digits (2, size, size, 1))`, the digits as
+    placed, which are the reconstruction targets.
+    """
+    digits = tf.stack([
+        tf.image.pad_to_bounding_box(image, offsets[k, 0], offsets[k, 1], size, size)
+        for k, image in enumerate((first, second))
+    ])
+    return tf.minimum(digits[0] + digits[1], 1.0), digits
+
+
+def multimnist(split, batch_size, data_dir=None, download=True, max_shift=4,
+               seed=None, drop_remainder=False, shuffle_buffer=10_000):
+    """MultiMNIST (Sabour et al. 2017, sec. 6), generated on the fly from MNIST.
+
+    Each MNIST image of `split` is paired with a random image of another
+    class; both are shifted by up to `max_shift` px each way on a
+    `(28 + 2 max_shift)`-square canvas (36x36) and summed (clipped to 1).
+    Yields `(merged, {"labels": (batch, 2) int32, "digits": (batch, 2,
+    36, 36, 1)})`: the two classes and each digit alone on the canvas.
+
+    Training (`seed=None`): new partners and shifts each epoch. With an
+    integer `seed` the pairs and shifts are a fixed function of the seed
+    and the image index (stateless RNG), so a test set is the same in
+    every run, whatever the global seed.
+    """
+    images, labels = _all_examples("mnist", split, data_dir, download)
+    count = int(labels.shape[0])
+    size = 28 + 2 * max_shift
+    # Indices sorted by class: the images of another class than l are the
+    # positions outside [start[l], start[l] + per_class[l]).
+    order = tf.argsort(labels, stable=True)
+    per_class = tf.math.bincount(labels, minlength=10, dtype=tf.int32)
+    start = tf.cumsum(per_class, exclusive=True)
+
+    def uniform(index, shape, maxval):
+        if seed is None:
+            return tf.random.uniform(shape, 0, maxval, tf.int32)
+        return tf.random.stateless_uniform(shape, tf.stack([seed, index]), 0, maxval, tf.int32)
+
+    def make(index):
+        label = labels[index]
+        r = uniform(index, (), tf.maximum(count - per_class[label], 1))
+        partner = order[tf.where(r < start[label], r, r + per_class[label])]
+        offsets = uniform(index + count, (2, 2), 2 * max_shift + 1)  # another stream
+        first = tf.cast(images[index], tf.float32) / 255.0
+        second = tf.cast(images[partner], tf.float32) / 255.0
+        merged, digits = overlay_pair(first, second, offsets, size)
+        return merged, {"labels": tf.stack([label, labels[partner]]), "digits": digits}
+
+    if int(tf.reduce_max(per_class)) == count:
+        raise ValueError(f"MultiMNIST needs two classes in MNIST {split!r}; it has one.")
+    ds = tf.data.Dataset.range(count).map(lambda i: tf.cast(i, tf.int32))
+    if seed is None:
+        ds = ds.shuffle(min(shuffle_buffer, count), reshuffle_each_iteration=True)
+    ds = ds.map(make, AUTOTUNE)
+    return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
+
+
+# ---------------------------------------------------------------- CIFAR-10
+
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer",
+                   "dog", "frog", "horse", "ship", "truck")
+
+
+def cifar10(split, batch_size, image_size=32, data_dir=None, download=True,
+            shuffle_buffer=10_000, drop_remainder=False):
+    """CIFAR-10 `(RGB image in [0, 1], label)` batches, resized to `image_size`.
+
+    Training (`split="train"`): random horizontal flip and a random crop
+    of the image padded by 4 px (the usual CIFAR augmentation), then the
+    resize (bilinear; none at 32).
+    """
+    training = split == "train"
+
+    def prepare(example):
+        image = tf.cast(example["image"], tf.float32) / 255.0
+        if training:
+            image = tf.image.random_flip_left_right(image)
+            image = tf.image.random_crop(
+                tf.pad(image, [[4, 4], [4, 4], [0, 0]]), (32, 32, 3))
+        if image_size != 32:
+            image = tf.image.resize(image, (image_size, image_size))
+        return image, example["label"]
+
+    ds = load_split("cifar10", split, data_dir, download).map(prepare, AUTOTUNE)
+    return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)

@@ -28,6 +28,8 @@ def _show(ax, image):
     image = np.asarray(image, dtype="float32")
     if image.shape[-1] == 1:
         ax.imshow(image[..., 0], cmap="gray", vmin=0, vmax=1)
+    elif image.shape[-1] == 3:  # RGB in [0, 1]
+        ax.imshow(np.clip(image, 0, 1))
     else:  # Stereo pairs: the first camera.
         ax.imshow(image[..., 0], cmap="gray")
     ax.set_xticks([])

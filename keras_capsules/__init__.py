@@ -22,7 +22,7 @@ from keras_capsules.layers import (
     StridedConv2D,
 )
 from keras_capsules.losses import MarginLoss, SpreadLoss
-from keras_capsules.models import CapsNet, EfficientCapsNet, MatrixCapsNet
+from keras_capsules.models import BackboneCapsNet, CapsNet, EfficientCapsNet, MatrixCapsNet
 from keras_capsules.ops import efficient_squash, safe_norm, sparsemax, squash
 from keras_capsules.routing import (
     DynamicRouting,

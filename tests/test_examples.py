@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 
@@ -23,6 +24,9 @@ SCRIPTS = {
     # EM routing on the full-size net takes minutes per step here; the
     # paper's sizes are tested by test_matrix_capsnet.py's parameter count.
     "smallnorb_matrix_capsnet": (["--capsules", "4", "2", "2", "2", "--iterations", "1"], []),
+    "multimnist_capsnet": (["--model", "efficient"], ["multimnist.png"]),
+    # The smallest backbone and images; the routing figure (no decoder).
+    "cifar10_backbone_capsnet": (["--backbone", "small", "--image-size", "16"], ["routing.png"]),
 }
 
 
@@ -139,3 +143,149 @@ def test_jit_compile_flag():
     assert resolve("auto", "jax") == resolve("auto", "tensorflow") == "auto"
     assert resolve("auto", "tensorflow", xla_on_cpu=True) is True
     assert resolve("false", "tensorflow", xla_on_cpu=True) is False
+
+
+def write_image_folder(root, classes=("circle", "square", "tri"), per_class=5):
+    """Tiny PNGs of several sizes, colour and grey, one sub-folder per class."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(classes):
+        os.makedirs(root / name)
+        for i in range(per_class):
+            size = (int(rng.integers(8, 20)), int(rng.integers(8, 20)))
+            pixels = rng.integers(0, 256, (*size[::-1], 3), dtype=np.uint8)
+            pixels[..., c] = 255  # a class colour: learnable, not needed here
+            image = Image.fromarray(pixels)
+            (image.convert("L") if i % 2 else image).save(root / name / f"{i}.png")
+
+
+def test_image_folder_with_two_seeds(tmp_path):
+    """DIR of class folders -> every output, per seed, and mean +- std over seeds."""
+    write_image_folder(tmp_path / "images")
+    out = tmp_path / "out"
+    jit = ["--jit-compile", "false"] if BACKEND == "tensorflow" else []
+    metrics = example("image_folder_capsnet").main([
+        str(tmp_path / "images"), "--image-size", "16", "16", "--smoke", "--seeds", "2",
+        "--output-dir", str(out), *jit])
+    for seed in (0, 1):
+        for output in OUTPUTS + CAPSULE_FIGURES:
+            assert (out / f"seed_{seed}" / output).stat().st_size > 0, output
+        assert read_metrics(out / f"seed_{seed}")["seed"] == seed
+    assert read_metrics(out) == json.loads(json.dumps(metrics))
+    assert metrics["class_names"] == ["circle", "square", "tri"] and metrics["seeds"] == [0, 1]
+    accuracies = metrics["test_accuracies"]
+    assert len(accuracies) == 2 and metrics["test_accuracy_mean"] == pytest.approx(
+        np.mean(accuracies))
+    assert metrics["test_accuracy_std"] == pytest.approx(np.std(accuracies, ddof=1))
+    # 3 classes of 16 x 16 RGB images (grey PNGs are read as RGB).
+    model = keras.saving.load_model(out / "seed_0" / "model.keras", safe_mode=True)
+    assert model.image_shape == (16, 16, 3) and model.num_classes == 3
+
+
+def test_seed_makes_runs_repeatable(tmp_path):
+    """common.run seeds data order and initial weights: same --seed, same run."""
+    import tensorflow as tf
+
+    import keras_capsules as kc
+
+    common = example("common")
+    with pytest.raises(SystemExit):
+        common.parse_args("d", 1, 4, argv=["--seeds", "0"])
+    rng = np.random.default_rng(0)
+    images, labels = rng.uniform(size=(16, 6, 6, 3)).astype("float32"), rng.integers(0, 3, 16)
+
+    def build_model(args):
+        backbone = keras.Sequential([keras.Input((6, 6, 3)), keras.layers.Conv2D(4, 3)])
+        return kc.BackboneCapsNet(backbone, 3, primary_capsules=2, capsule_dim=4,
+                                  class_capsule_dim=4)
+
+    def load_data(args, batch_size, drop_remainder=False):
+        train = tf.data.Dataset.from_tensor_slices((images, labels)).shuffle(16).batch(4)
+        return train, tf.data.Dataset.from_tensor_slices((images, labels)).batch(4)
+
+    def run(seed):
+        argv = ["--epochs", "1", "--output-dir", str(tmp_path / str(seed)), "--seed", str(seed),
+                "--steps-per-epoch", "3"]
+        return common.run("tiny", "d", build_model, load_data,
+                          lambda args, steps: keras.optimizers.Adam(0.01), routers=False,
+                          argv=argv)["test_loss"]
+
+    first, again, other = run(7), run(7), run(8)
+    assert first == again and first != other
+
+
+def test_multimnist_pairs(tmp_path):
+    """Two digits of different classes, each shifted by up to 4 px on a
+    36 x 36 canvas, merged by a clipped sum; a seeded split is fixed."""
+    import tensorflow_datasets as tfds
+
+    data = example("data")
+    with tfds.testing.mock_data(num_examples=12):
+        batches = [list(data.multimnist("test", 12, seed=seed))[0] for seed in (0, 0, 1)]
+        train = list(data.multimnist("train", 12))[0]
+    for merged, targets in batches + [train]:
+        merged, labels = np.asarray(merged), np.asarray(targets["labels"])
+        digits = np.asarray(targets["digits"])
+        assert merged.shape == (12, 36, 36, 1) and digits.shape == (12, 2, 36, 36, 1)
+        assert np.all(labels[:, 0] != labels[:, 1])
+        np.testing.assert_allclose(merged, np.minimum(digits[:, 0] + digits[:, 1], 1.0))
+        # Each 28 x 28 digit sits at offsets 0..8 (shifts of +-4 px); mock
+        # digits are noise, so their ink fills their window.
+        ink = digits[..., 0] > 0
+        for lines in (ink.any(-1), ink.any(-2)):
+            first, last = lines.argmax(-1), 35 - lines[..., ::-1].argmax(-1)
+            assert np.all(last - first == 27) and first.min() >= 0 and first.max() <= 8
+            assert len(np.unique(first)) > 1
+    np.testing.assert_array_equal(batches[0][0], batches[1][0])
+    assert not np.array_equal(batches[0][0], batches[2][0])
+
+
+def tiny_multidigit_capsnet():
+    mm = example("multimnist_capsnet")
+    return mm.MultiMNISTCapsNet((20, 20, 1), 4, conv_filters=4, primary_capsules=2,
+                                primary_dim=4, capsule_dim=4, decoder_units=(8,),
+                                reconstruction_weight=0.5)
+
+
+def test_multimnist_loss_accuracy_and_saving(tmp_path):
+    """Margin loss with both classes present + each digit reconstructed from
+    its own capsule; accuracy 1 only when both are the two longest."""
+    mm = example("multimnist_capsnet")
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    images = rng.uniform(size=(4, 20, 20, 1)).astype("float32")
+    labels = np.array([[0, 1], [2, 3], [1, 3], [3, 0]], "int32")
+    digits = rng.uniform(size=(4, 2, 20, 20, 1)).astype("float32")
+    y = {"labels": labels, "digits": digits}
+    model = tiny_multidigit_capsnet()
+    # Jitted on JAX (op by op is slower there); XLA on TF took 38 s to compile.
+    model.compile(optimizer="adam", metrics=[mm.TopTwoAccuracy()], jit_compile=BACKEND == "jax")
+    results = model.evaluate(images, y, batch_size=4, verbose=0, return_dict=True)
+    poses = model(images)
+    scores = keras.ops.convert_to_numpy(model.scores(poses))  # safe_norm lengths
+    poses = keras.ops.convert_to_numpy(poses)
+    two_hot = np.eye(4)[labels].sum(1)
+    margin = (two_hot * np.maximum(0.9 - scores, 0) ** 2
+              + 0.5 * (1 - two_hot) * np.maximum(scores - 0.1, 0) ** 2).sum(-1).mean()
+    mse = 0.0
+    for k in range(2):
+        keep = np.eye(4)[labels[:, k]][..., None]
+        decoded = keras.ops.convert_to_numpy(model.decode(poses * keep.astype("float32")))
+        mse += ((decoded - digits[:, k]) ** 2).mean()
+    np.testing.assert_allclose(results["loss"], margin + 0.5 * mse, rtol=1e-4)
+    # Ties with the second longest count as predicted (a tiny net can tie).
+    predicted = scores >= np.sort(scores, -1)[:, -2:-1]
+    accuracy = np.mean(np.all(predicted == two_hot.astype(bool), -1))
+    np.testing.assert_allclose(results["accuracy"], accuracy)
+    correct = mm.top_two_correct(np.array([[1, 0, 1, 0], [1, 1, 0, 0]], "float32"),
+                                 np.array([[0.9, 0.1, 0.8, 0.7], [0.9, 0.1, 0.8, 0.7]], "float32"))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(correct), [1.0, 0.0])
+    loss = model.fit(images, y, batch_size=4, verbose=0).history["loss"]
+    assert np.all(np.isfinite(loss))
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    assert type(loaded) is mm.MultiMNISTCapsNet
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(images)),
+                               keras.ops.convert_to_numpy(model(images)), rtol=1e-5, atol=1e-6)

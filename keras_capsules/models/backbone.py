@@ -1,0 +1,145 @@
+"""Capsules on top of any feature extractor."""
+
+import keras
+
+from keras_capsules.layers.capsule import Capsule, deserialize_router, serialize_router
+from keras_capsules.layers.primary_capsule import PrimaryCapsule
+from keras_capsules.models.base import CapsuleClassifier
+from keras_capsules.validation import int_tuple, positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class BackboneCapsNet(CapsuleClassifier):
+    """Primary capsules, routed class capsules and the margin loss on any backbone.
+
+    ```
+    images -> backbone (any Keras model or layer: images -> (h, w, c) map)
+           -> PrimaryCapsule(primary_capsules, capsule_dim, primary_kernel_size)
+              (h' * w' * primary_capsules capsules, squashed)
+           -> Capsule(num_classes, class_capsule_dim, router) -> lengths (scores)
+    loss:  compiled loss (MarginLoss() if none)
+           + reconstruction_weight * mean((decoder(mask(poses, y)) - x)^2)
+             (only with reconstruction=True)
+    ```
+
+    The backbone is, for example,
+    `keras.applications.ResNet50(include_top=False, weights=None)` or a
+    keras-hub backbone, and is trained with the capsules (freeze it with
+    `backbone.trainable = False`). It is saved inside the `.keras` file
+    (its config and weights), so it must itself be serializable: a
+    Functional or Sequential model of built-in layers, or registered
+    custom layers. The reconstruction decoder (`CapsuleClassifier`) is off by
+    default: on large RGB images its last Dense layer alone has
+    `decoder_units[-1] * height * width * channels` weights.
+
+    Args:
+        backbone: a `keras.Model` or `keras.layers.Layer` mapping
+            `(batch, *input_shape)` images to a `(batch, h, w, c)` map.
+        num_classes: number of classes (class capsules).
+        input_shape: image shape `(height, width, channels)`; default the
+            backbone's own input shape, which must then be fully known.
+        router: a `keras_capsules.routing.Router` for the class capsules;
+            default `DynamicRouting()` (3 iterations).
+        primary_capsules: primary capsule types per position.
+        capsule_dim: dimension of the primary capsules.
+        class_capsule_dim: dimension of the class capsules.
+        primary_kernel_size, primary_strides: the primary capsules' conv.
+        reconstruction, reconstruction_weight, decoder_units,
+            decoder_activation: the decoder, as in `CapsNet`.
+
+    Example:
+
+    >>> backbone = keras.applications.ResNet50(include_top=False, weights=None,
+    ...                                         input_shape=(224, 224, 3))
+    >>> model = keras_capsules.models.BackboneCapsNet(backbone, 102)
+    >>> model.compile(optimizer="adam", metrics=["accuracy"])
+    >>> model.fit(images, labels)                 # labels: class ids
+    >>> scores = model.predict(images)            # (batch, 102) lengths
+
+    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
+    NeurIPS 2017 (primary and routed class capsules, margin loss).
+    """
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        input_shape=None,
+        router=None,
+        primary_capsules=32,
+        capsule_dim=8,
+        class_capsule_dim=16,
+        primary_kernel_size=1,
+        primary_strides=1,
+        reconstruction=False,
+        reconstruction_weight=0.392,
+        decoder_units=(512, 1024),
+        decoder_activation="sigmoid",
+        **kwargs,
+    ):
+        if isinstance(backbone, dict):  # from_config
+            backbone = keras.saving.deserialize_keras_object(backbone)
+        if not isinstance(backbone, keras.layers.Layer):
+            raise ValueError(
+                "`backbone` must be a keras.Model or keras.layers.Layer. "
+                f"Received: backbone={backbone!r}"
+            )
+        if input_shape is None:
+            input_shape = _known_input_shape(backbone)
+        super().__init__(
+            input_shape, num_classes, reconstruction, reconstruction_weight,
+            decoder_units, decoder_activation, **kwargs,
+        )
+        self.backbone = backbone
+        self.primary_capsules = positive_int(primary_capsules, "primary_capsules")
+        self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
+        self.class_capsule_dim = positive_int(class_capsule_dim, "class_capsule_dim")
+        self.primary_kernel_size = int_tuple(primary_kernel_size, 2, "primary_kernel_size")
+        self.primary_strides = int_tuple(primary_strides, 2, "primary_strides")
+        images = keras.Input(self.image_shape)
+        x = backbone(images)
+        if len(x.shape) != 4:
+            raise ValueError(
+                "`backbone` must map images to a (batch, height, width, channels) "
+                f"feature map. Received: backbone output shape {tuple(x.shape)} for "
+                f"input_shape={self.image_shape}"
+            )
+        x = PrimaryCapsule(
+            self.primary_capsules, self.capsule_dim, self.primary_kernel_size,
+            strides=self.primary_strides, name="primary",
+        )(x)
+        self.features = keras.Model(images, x, name="features")
+        self.digit_capsules = Capsule(
+            self.num_classes, self.class_capsule_dim, router=deserialize_router(router),
+            name="class_capsules",
+        )
+        self.digit_capsules.build(x.shape)
+        if self.reconstruction:
+            self.decoder = self._build_decoder(self.class_capsule_dim)
+        self.build((None, *self.image_shape))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            backbone=keras.saving.serialize_keras_object(self.backbone),
+            router=serialize_router(self.digit_capsules.router),
+            primary_capsules=self.primary_capsules,
+            capsule_dim=self.capsule_dim,
+            class_capsule_dim=self.class_capsule_dim,
+            primary_kernel_size=self.primary_kernel_size,
+            primary_strides=self.primary_strides,
+        )
+        return config
+
+
+def _known_input_shape(backbone):
+    try:
+        shape = tuple(backbone.input_shape[1:])
+    except (AttributeError, ValueError):  # a layer, or a model without one input
+        shape = None
+    if shape is None or len(shape) != 3 or None in shape:
+        raise ValueError(
+            "Pass `input_shape=(height, width, channels)`: the backbone has no fully "
+            f"known image input shape. Received: backbone input shape {shape}"
+        )
+    return shape

@@ -1,0 +1,140 @@
+"""BackboneCapsNet: capsules on any Keras backbone (fit, save/load, mixed precision)."""
+
+import json
+import os
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+
+import keras_capsules as kc
+from keras_capsules.models import BackboneCapsNet
+from tests.conftest import jit_compile_for_backend
+
+SHAPE = (12, 12, 3)
+
+
+def tiny_backbone(name="tiny_backbone"):
+    """Conv + BatchNorm + ReLU, stride 2: (12, 12, 3) -> (5, 5, 6)."""
+    return keras.Sequential([
+        keras.Input(SHAPE), keras.layers.Conv2D(6, 3, strides=2),
+        keras.layers.BatchNormalization(), keras.layers.ReLU(),
+    ], name=name)
+
+
+def tiny_model(**kwargs):
+    kwargs = {"primary_capsules": 2, "capsule_dim": 4, "class_capsule_dim": 4,
+              "decoder_units": (8,), **kwargs}
+    return BackboneCapsNet(kwargs.pop("backbone", None) or tiny_backbone(), 3, **kwargs)
+
+
+def batch(n=8, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, n)
+    # Learnable: the class sets the mean colour.
+    images = rng.uniform(0, 0.5, (n, *SHAPE)) + 0.5 * np.eye(3)[labels][:, None, None, :]
+    return images.astype("float32"), labels
+
+
+def as_json(config):
+    """The backbone's build shapes come back from a file as lists."""
+    return json.loads(json.dumps(config))
+
+
+def round_trip(model):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.keras")
+        model.save(path)
+        return keras.saving.load_model(path, safe_mode=True)
+
+
+def test_fit_save_load_with_decoder():
+    model = tiny_model(reconstruction=True, router=kc.DynamicRouting(iterations=2))
+    assert keras.saving.get_registered_name(BackboneCapsNet) == "keras_capsules>BackboneCapsNet"
+    # 5 x 5 positions x 2 types; classes 3, dim 4.
+    assert model.features.output_shape == (None, 50, 4)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), metrics=["accuracy"],
+                  jit_compile=jit_compile_for_backend())
+    images, labels = batch()
+    backbone_before = [w.copy() for w in model.backbone.get_weights()]
+    losses = model.fit(images, labels, batch_size=4, epochs=3, verbose=0).history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    # The backbone trains with the capsules.
+    assert any(np.abs(a - b).max() > 0
+               for a, b in zip(backbone_before, model.backbone.get_weights()))
+    loaded = round_trip(model)
+    assert type(loaded) is BackboneCapsNet and isinstance(loaded.backbone, keras.Sequential)
+    assert as_json(loaded.get_config()) == as_json(model.get_config())
+    assert as_json(BackboneCapsNet.from_config(model.get_config()).get_config()) == as_json(
+        model.get_config())
+    scores = keras.ops.convert_to_numpy(model(images))
+    assert scores.shape == (8, 3)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(images)), scores,
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded.reconstruct(images, labels)),
+        keras.ops.convert_to_numpy(model.reconstruct(images, labels)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision(policy):
+    keras.config.set_dtype_policy(policy)
+    model = tiny_model(reconstruction=True)
+    images, labels = batch()
+    scores = model(images)
+    assert keras.backend.standardize_dtype(scores.dtype) == policy.split("_")[1]
+    model.compile(optimizer="adam", jit_compile=keras.backend.backend() == "jax")
+    loss = model.fit(images, labels, batch_size=4, verbose=0).history["loss"]
+    assert np.all(np.isfinite(loss))
+    for w in model.weights:
+        assert np.all(np.isfinite(keras.ops.convert_to_numpy(w.value).astype("float32"))), w.path
+    loaded = round_trip(model)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(keras.ops.cast(loaded(images), "float32")),
+        keras.ops.convert_to_numpy(keras.ops.cast(model(images), "float32")), rtol=1e-3)
+
+
+def test_layer_backbone_and_functional_use():
+    # A bare layer (no input shape of its own) as backbone, and the model
+    # used as a layer of a functional model with a None batch.
+    model = tiny_model(backbone=keras.layers.Conv2D(5, 3, strides=2, name="conv"),
+                       input_shape=SHAPE, router=kc.SelfAttentionRouting())
+    inputs = keras.Input(SHAPE)
+    outer = keras.Model(inputs, model(inputs))
+    assert outer.output_shape == (None, 3)
+    images, _ = batch(n=2)
+    loaded = round_trip(outer)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(images)),
+                               keras.ops.convert_to_numpy(outer(images)), rtol=1e-5, atol=1e-6)
+
+
+def test_functional_backbone_with_unknown_image_size():
+    # A residual functional model, as keras.applications and keras-hub
+    # backbones are (ResNet50 takes ~100 s to build on JAX here).
+    inputs = keras.Input((None, None, 3))
+    x = keras.layers.Conv2D(4, 3, strides=2, activation="relu")(inputs)
+    x = keras.layers.Add()([x, keras.layers.Conv2D(4, 1)(x)])
+    backbone = keras.Model(inputs, x, name="residual")
+    model = tiny_model(backbone=backbone, input_shape=SHAPE)
+    assert model.image_shape == SHAPE and not hasattr(model, "decoder")  # off by default
+    images, _ = batch(n=2)
+    loaded = round_trip(model)
+    assert loaded.backbone.name == "residual"
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(images)),
+                               keras.ops.convert_to_numpy(model(images)), rtol=1e-5, atol=1e-6)
+
+
+def test_bad_arguments_raise_value_errors():
+    with pytest.raises(ValueError, match="backbone"):
+        BackboneCapsNet("resnet50", 3)
+    with pytest.raises(ValueError, match=r"input_shape=\(height"):
+        BackboneCapsNet(keras.layers.Conv2D(4, 3), 3)
+    pooled = keras.Sequential([keras.Input(SHAPE), keras.layers.Conv2D(4, 3),
+                               keras.layers.GlobalAveragePooling2D()])
+    with pytest.raises(ValueError, match="feature map"):
+        BackboneCapsNet(pooled, 3)
+    with pytest.raises(ValueError, match="primary_capsules"):
+        tiny_model(primary_capsules=0)
+    with pytest.raises(ValueError, match="num_classes"):
+        BackboneCapsNet(tiny_backbone(), 0)
