@@ -59,6 +59,15 @@ class Router(keras.layers.Layer):
         # compute dtype first) and router weights are read in float32.
         self.autocast = False
 
+    def add_weight(self, *args, **kwargs):
+        # Inside a mixed-precision model the model's autocast scope casts
+        # every variable read to float16, `self.autocast = False` does not
+        # undo that; a variable made with `autocast=False` is read in
+        # float32. Router weights take part in float32 routing, and their
+        # gradients overflow float16 (~1e6 on votes of size 1e4).
+        kwargs.setdefault("autocast", False)
+        return super().add_weight(*args, **kwargs)
+
     def build(self, votes_shape, activations_shape=None):
         self.check_inputs(votes_shape, activations_shape)
         self.built_votes_shape = tuple(votes_shape)
