@@ -169,7 +169,8 @@ CASES = [
     ("capsnet-classes-0", construct(kc.CapsNet, num_classes=0), ["num_classes=0"]),
     ("capsnet-shape-2d", construct(kc.CapsNet, input_shape=(28, 28)),
      ["input_shape=(28, 28)"]),
-    ("efficient-classes-float", construct(kc.EfficientCapsNet, num_classes=2.5), ["num_classes=2.5"]),
+    ("efficient-classes-float", construct(kc.EfficientCapsNet, num_classes=2.5),
+     ["num_classes=2.5"]),
     ("matrix-net-margin", construct(kc.MatrixCapsNet, margin=NAN), ["margin=nan"]),
     ("matrix-net-A-float", construct(kc.MatrixCapsNet, A=4.0), ["A=4.0"]),
     # Calls: child activations against the votes (item 4).
