@@ -3,7 +3,7 @@
 import keras
 
 from keras_capsules.losses import SpreadLoss
-from keras_capsules.validation import positive_int
+from keras_capsules.validation import positive_float, positive_int
 
 
 class SpreadLossMarginScheduler(keras.callbacks.Callback):
@@ -26,8 +26,8 @@ class SpreadLossMarginScheduler(keras.callbacks.Callback):
 
     Args:
         loss: the `keras_capsules.losses.SpreadLoss` given to `compile`.
-        start: the margin at step 0.
-        end: the margin from step `steps` on.
+        start: the margin at step 0, `> 0`.
+        end: the margin from step `steps` on, `> 0`.
         steps: number of training steps of the ramp, `>= 1`.
 
     Example:
@@ -49,12 +49,10 @@ class SpreadLossMarginScheduler(keras.callbacks.Callback):
                 "`loss` must be a keras_capsules.losses.SpreadLoss. "
                 f"Received: loss={loss!r}"
             )
-        for name, value in (("start", start), ("end", end)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"`{name}` must be a number. Received: {name}={value!r}")
         self.loss = loss
-        self.start = float(start)
-        self.end = float(end)
+        # Margins, as SpreadLoss(margin) takes them.
+        self.start = positive_float(start, "start")
+        self.end = positive_float(end, "end")
         self.steps = positive_int(steps, "steps")
 
     def margin_at(self, step):

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules.validation import one_of, positive_float
+from keras_capsules.validation import finite_float, non_negative_float, one_of, positive_float
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -22,9 +22,12 @@ class MarginLoss(keras.losses.Loss):
     Computed in float32 under mixed precision.
 
     Args:
-        m_plus: lower margin for the true class.
-        m_minus: upper margin for the other classes.
-        down_weight: weight of the absent-class term (lambda in the paper).
+        m_plus: lower margin for the true class, `0 < m_plus <= 1`
+            (capsule lengths lie in [0, 1)).
+        m_minus: upper margin for the other classes, `0 <= m_minus <
+            m_plus`.
+        down_weight: weight of the absent-class term (lambda in the
+            paper), `>= 0`.
         class_reduction: `"sum"` or `"mean"` over classes.
 
     Example:
@@ -47,9 +50,14 @@ class MarginLoss(keras.losses.Loss):
         dtype=None,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        self.m_plus = float(m_plus)
-        self.m_minus = float(m_minus)
-        self.down_weight = float(down_weight)
+        self.m_plus = finite_float(m_plus, "m_plus", 0.0, 1.0)
+        self.m_minus = finite_float(m_minus, "m_minus", 0.0, 1.0, True, False)
+        if self.m_minus >= self.m_plus:
+            raise ValueError(
+                "`m_minus` must be smaller than `m_plus`. "
+                f"Received: m_plus={m_plus!r}, m_minus={m_minus!r}"
+            )
+        self.down_weight = non_negative_float(down_weight, "down_weight")
         self.class_reduction = one_of(class_reduction, ("sum", "mean"), "class_reduction")
 
     def call(self, y_true, y_pred):

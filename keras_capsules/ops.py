@@ -92,7 +92,9 @@ def sparsemax(x, axis=-1):
     only selects the support; `tau` is then recomputed from `x` with that
     (constant) support, so autodiff gives the true Jacobian
     `diag(s) - s s^T / |S|` (`s` the support indicator) without
-    differentiating through a sort. Computed in float32 for half inputs.
+    differentiating through a sort. Computed on `x - max(x)` (the same
+    projection), so the result is exact for logits of any magnitude, and
+    in float32 for half inputs.
 
     `keras.ops.sparsemax` (Keras <= 3.15.1) is wrong whenever the support
     has more than one element: its threshold sums every cumulative sum of
@@ -109,10 +111,17 @@ def sparsemax(x, axis=-1):
     x, original = _upcast(x)
     x = ops.moveaxis(x, axis, -1)
     n = x.shape[-1]
+    # Sparsemax is shift-invariant; shifted by the max, the largest entry is
+    # 0 and the support test below holds for k = 1 exactly, whatever the
+    # scale (unshifted, `1 + k z_k` loses the 1 in float32 for logits ~1e8
+    # and the support came out empty). `tau` is computed on the shifted
+    # values too, so `x - tau` keeps the differences between logits.
+    x = x - ops.stop_gradient(ops.max(x, axis=-1, keepdims=True))
     z = ops.stop_gradient(-ops.sort(-x, axis=-1))
     ranks = ops.arange(1, n + 1, dtype=x.dtype)
     in_support = 1.0 + ranks * z > ops.cumsum(z, axis=-1)
-    k = ops.sum(ops.cast(in_support, "int32"), axis=-1, keepdims=True)
+    # >= 1 also for non-finite inputs, so the gather below stays in range.
+    k = ops.maximum(ops.sum(ops.cast(in_support, "int32"), axis=-1, keepdims=True), 1)
     # Ties at the boundary are all in or all out of the support, so the
     # support is exactly {x >= k-th largest value}.
     kth_largest = ops.take_along_axis(z, k - 1, axis=-1)

@@ -1,43 +1,93 @@
 """Argument checks shared by layers and routers.
 
 Each raises a `ValueError` that names the argument and the value received,
-at construction or build time, before any computation.
+at construction or build time, before any computation. Any integral number
+(`3`, `np.int64(3)`) is an int, any real number (`0.5`, `np.float32(0.5)`)
+a float; `bool` is neither, as a flag passed by mistake is never a size.
 """
+
+import math
+import numbers
+import operator
+
+
+def is_int(value):
+    """True for integral numbers (NumPy's included), False for bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_real(value):
+    """True for real numbers (NumPy's included), False for bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def positive_int(value, name):
-    """Returns `value` if it is an int >= 1, else raises."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    """Returns `value` as a Python int if it is an integer >= 1, else raises."""
+    if not is_int(value) or value < 1:
         raise ValueError(
             f"`{name}` must be a positive integer. Received: {name}={value!r}"
         )
-    return value
+    # operator.index: np.int64(3) -> 3, so configs hold plain ints.
+    return operator.index(value)
 
 
 def int_tuple(value, n, name):
     """Expands an int to an `n`-tuple of positive ints, or checks a tuple."""
-    values = (value,) * n if isinstance(value, int) else tuple(value)
-    if len(values) != n or not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values
-    ):
-        raise ValueError(
-            f"`{name}` must be a positive integer or a tuple of {n} of them. "
-            f"Received: {name}={value!r}"
-        )
-    return values
+    error = ValueError(
+        f"`{name}` must be a positive integer or a tuple of {n} of them. "
+        f"Received: {name}={value!r}"
+    )
+    if is_int(value):
+        values = (value,) * n
+    elif isinstance(value, (list, tuple)):
+        values = tuple(value)
+    else:  # None, floats, strings and arrays are not sizes.
+        raise error
+    if len(values) != n or not all(is_int(v) and v >= 1 for v in values):
+        raise error
+    return tuple(operator.index(v) for v in values)
 
 
 def one_of(value, choices, name):
     """Returns `value` if it is in `choices`, else raises."""
-    if value not in choices:
+    if not isinstance(value, str) or value not in choices:
         raise ValueError(
             f"`{name}` must be one of {tuple(choices)}. Received: {name}={value!r}"
         )
     return value
 
 
-def positive_float(value, name):
-    """Returns `float(value)` if it is a number > 0, else raises."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"`{name}` must be a number > 0. Received: {name}={value!r}")
+def finite_float(value, name, low=None, high=None, low_inclusive=False,
+                 high_inclusive=True):
+    """Returns `float(value)` if it is a finite real number in the given
+    range (`low < value <= high` by default; a bound of `None` is open),
+    else raises."""
+    ok = is_real(value) and math.isfinite(value)
+    if ok and low is not None:
+        ok = value >= low if low_inclusive else value > low
+    if ok and high is not None:
+        ok = value <= high if high_inclusive else value < high
+    if not ok:
+        if low is not None and high is not None:
+            condition = (f" in {'[' if low_inclusive else '('}{low}, {high}"
+                         f"{']' if high_inclusive else ')'}")
+        elif low is not None:
+            condition = f" {'>=' if low_inclusive else '>'} {low}"
+        elif high is not None:
+            condition = f" {'<=' if high_inclusive else '<'} {high}"
+        else:
+            condition = ""
+        raise ValueError(
+            f"`{name}` must be a finite number{condition}. Received: {name}={value!r}"
+        )
     return float(value)
+
+
+def positive_float(value, name):
+    """Returns `float(value)` if it is a finite number > 0, else raises."""
+    return finite_float(value, name, low=0.0)
+
+
+def non_negative_float(value, name):
+    """Returns `float(value)` if it is a finite number >= 0, else raises."""
+    return finite_float(value, name, low=0.0, low_inclusive=True)

@@ -62,6 +62,37 @@ def test_sparsemax_huge_and_tied_inputs():
     np.testing.assert_allclose(y, [[0.5, 0, 0.5, 0], [0.25] * 4], atol=1e-6)
 
 
+# Huge logits (issue 12): unshifted, `1 + k z_k > cumsum(z)` lost the 1 in
+# float32, the support came out empty and tau divided by 0 (inf or all 0).
+HUGE_ROWS = np.array([
+    [1e8, 0.0, -1e8, 5.0],
+    [3e7, 1e7, -2e7, 0.0],
+    [1e30, 0.0, -1e30, 1e29],
+    [1e30, 1e30, -1e30, 0.0],             # a tie at the top
+    [-1e30, -1e30, -1e30, -1e30],         # all tied
+    [1e6 + 0.5, 1e6 + 0.25, 1e6 - 1.0, 1e6 - 2.0],  # support of 2, far from 0
+    [2.5e8, 2.5e8, 2.5e8 - 64.0, -3e38],  # ties, and a logit near float32's min
+], "float32")
+
+
+@pytest.mark.parametrize("scale", (1.0, -1.0))
+def test_sparsemax_matches_float64_reference_for_huge_logits(scale):
+    x = HUGE_ROWS * np.float32(scale)
+    y = to_numpy(kc_ops.sparsemax(x))
+    np.testing.assert_allclose(y, ref.sparsemax(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y.sum(-1), 1.0, rtol=1e-6)
+
+
+def test_sparsemax_gradient_is_finite_for_huge_logits():
+    x = keras.ops.convert_to_tensor(HUGE_ROWS)
+    c = keras.ops.convert_to_tensor(RNG.normal(size=HUGE_ROWS.shape).astype("float32"))
+    grads = gradients(lambda t: keras.ops.sum(kc_ops.sparsemax(t["x"]) * c), {"x": x}, ["x"])
+    s = (ref.sparsemax(HUGE_ROWS.astype(np.float64)) > 0).astype(float)
+    c = to_numpy(c)
+    expected = s * c - s * np.sum(s * c, axis=-1, keepdims=True) / s.sum(-1, keepdims=True)
+    np.testing.assert_allclose(to_numpy(grads["x"]), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_reference_sparsemax_catches_the_keras_bug():
     # The reference is the simplex projection: outputs sum to one, and
     # sparsemax(x) = max(x - tau, 0) with a single tau per row.

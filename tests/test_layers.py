@@ -131,6 +131,25 @@ class TestMask(LayerTestCase):
             assert np.count_nonzero(out[b]) == 4
 
 
+    @pytest.mark.parametrize("form", ("ids", "ids_column", "one_hot"))
+    def test_label_forms_keep_the_same_capsule(self, form):
+        # Keras's sparse labels come as (batch, 1): read as ids, not as a
+        # one-hot of width 1 (which kept every capsule, times the id).
+        ids = np.array([1, 4])
+        labels = {"ids": ids, "ids_column": ids[:, None],
+                  "one_hot": np.eye(6, dtype="float32")[ids]}[form]
+        out = to_numpy(Mask()([POSES, labels])).reshape(2, 6, 4)
+        expected = np.zeros_like(POSES)
+        expected[0, 1], expected[1, 4] = POSES[0, 1], POSES[1, 4]
+        np.testing.assert_array_equal(out, expected)
+
+    def test_symbolic_sparse_labels(self):
+        poses, labels = keras.Input((6, 4)), keras.Input((1,), dtype="int32")
+        model = keras.Model([poses, labels], Mask()([poses, labels]))
+        out = to_numpy(model([POSES, np.array([[1], [4]], "int32")])).reshape(2, 6, 4)
+        assert np.count_nonzero(out[0, 1]) == 4 and np.count_nonzero(out) == 8
+
+
 def test_primary_capsule_implementation_choice_and_error():
     from keras_capsules.conv import resolve_implementation
 

@@ -87,6 +87,7 @@ class Capsule(keras.layers.Layer):
                 "Capsule needs a known in_dim, and a known in_caps unless "
                 f"share_weights=True. Received: poses.shape={tuple(poses_shape)}"
             )
+        check_activations_shape("Capsule", poses_shape, activations_shape)
         self.in_dim = in_dim
         prefix = (self.num_capsules,) if self.share_weights else (in_caps, self.num_capsules)
         if self.orthogonal:
@@ -100,13 +101,14 @@ class Capsule(keras.layers.Layer):
                 shape=(*prefix, in_dim, self.capsule_dim),
                 initializer=self.kernel_initializer,
             )
-        if not self.router.built:  # a deserialised router arrives built
-            self.router.build(
-                (batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape
-            )
+        build_router(
+            self.router, (batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape
+        )
 
     def call(self, inputs):
         poses, activations = split_capsule_inputs(inputs)
+        if activations is not None:  # a built layer may get other activations
+            check_activations_shape("Capsule", poses.shape, activations.shape)
         equation = "bid,jde->bije" if self.share_weights else "bid,ijde->bije"
         votes = ops.einsum(equation, poses, self.transforms())
         poses, activations = route(self, votes, activations)
@@ -137,6 +139,33 @@ class Capsule(keras.layers.Layer):
             orthogonal=self.orthogonal,
         )
         return config
+
+
+def check_activations_shape(layer_name, poses_shape, activations_shape):
+    """Raises unless activations are `(batch, in_caps)` for poses `(batch,
+    in_caps, dim)` (sizes that are `None` match anything)."""
+    if activations_shape is None:
+        return
+    activations_shape = tuple(activations_shape)
+    expected = tuple(poses_shape)[:2]
+    if len(activations_shape) != 2 or not all(
+        None in (a, e) or a == e for a, e in zip(activations_shape, expected)
+    ):
+        raise ValueError(
+            f"{layer_name} expects activations of shape (batch, in_caps) = {expected} "
+            f"for poses.shape={tuple(poses_shape)}. "
+            f"Received: activations.shape={activations_shape}"
+        )
+
+
+def build_router(router, votes_shape, activations_shape):
+    """Builds `router` for votes of `votes_shape`; a router that is already
+    built (shared with another layer, or deserialised) is checked instead,
+    so that a size its weights do not fit fails here, at build time."""
+    if router.built:
+        router.check_inputs(votes_shape, activations_shape)
+    else:
+        router.build(votes_shape, activations_shape)
 
 
 def route(layer, votes, activations):

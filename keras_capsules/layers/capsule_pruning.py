@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.ops import compute_dtype_for, safe_norm
+from keras_capsules.validation import finite_float
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -40,13 +41,7 @@ class CapsulePruning(keras.layers.Layer):
 
     def __init__(self, threshold=0.95, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
-            -1.0 <= threshold <= 1.0
-        ):
-            raise ValueError(
-                f"`threshold` must be a number in [-1, 1]. Received: threshold={threshold!r}"
-            )
-        self.threshold = float(threshold)
+        self.threshold = finite_float(threshold, "threshold", -1.0, 1.0, low_inclusive=True)
 
     def build(self, input_shape):
         if len(input_shape) != 3:

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.capsule import (
+    build_router,
     deserialize_router,
     route,
     serialize_router,
@@ -88,10 +89,9 @@ class WindowedCapsule(keras.layers.Layer):
         votes_shape = self._votes_shape(types, self._out_dim(in_dim))
         # A router restored from a config arrives built (its build config
         # travels with it); building it twice would add its weights twice.
-        if not self.router.built:
-            self.router.build(
-                votes_shape, None if activations_shape is None else votes_shape[:2]
-            )
+        build_router(
+            self.router, votes_shape, None if activations_shape is None else votes_shape[:2]
+        )
 
     def _route_windows(self, poses, activations):
         """Windowed routing: `(poses, activations)` of the parent grid."""

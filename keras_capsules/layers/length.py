@@ -3,6 +3,7 @@
 import keras
 
 from keras_capsules.ops import safe_norm
+from keras_capsules.validation import positive_float
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -13,7 +14,7 @@ class Length(keras.layers.Layer):
     `sqrt(sum(x^2) + epsilon)`, differentiable at zero.
 
     Args:
-        epsilon: added under the square root.
+        epsilon: added under the square root, `> 0`.
 
     Example:
 
@@ -26,7 +27,8 @@ class Length(keras.layers.Layer):
 
     def __init__(self, epsilon=1e-7, **kwargs):
         super().__init__(**kwargs)
-        self.epsilon = float(epsilon)
+        # epsilon = 0 makes the gradient at a zero capsule 0 / 0.
+        self.epsilon = positive_float(epsilon, "epsilon")
 
     def build(self, input_shape):
         if len(input_shape) < 2:

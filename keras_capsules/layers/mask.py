@@ -11,15 +11,25 @@ from keras_capsules.ops import safe_norm
 class Mask(keras.layers.Layer):
     """Keeps one capsule per example and flattens, as the decoder expects.
 
-    `Mask()([poses, labels])` keeps the capsule of the true class (`labels`
-    one-hot `(batch, num_caps)`, or integer class ids `(batch,)`);
+    `Mask()([poses, labels])` keeps the capsule of the true class;
     `Mask()(poses)` keeps the longest capsule. Every other capsule is
-    zeroed and the result flattened to `(batch, num_caps * dim)`.
+    zeroed and the result flattened to `(batch, num_caps * dim)`:
+
+    ```
+    outputs[b] = flatten(poses[b] * one_hot(label[b], num_caps)[:, None])
+    ```
+
+    `labels` are integer class ids `(batch,)` or `(batch, 1)` (Keras's
+    sparse-label shape), or one-hot `(batch, num_caps)`. With
+    `num_caps == 1` a `(batch, 1)` label is read as one-hot. Any other
+    shape is a `ValueError`.
 
     Example:
 
     >>> poses = keras.random.normal((2, 10, 16))
     >>> keras_capsules.layers.Mask()([poses, keras.ops.eye(10)[:2]]).shape
+    (2, 160)
+    >>> keras_capsules.layers.Mask()([poses, keras.ops.array([[3], [7]])]).shape
     (2, 160)
 
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
@@ -27,25 +37,46 @@ class Mask(keras.layers.Layer):
     """
 
     def build(self, input_shape):
-        poses_shape, _ = split_capsule_inputs(input_shape)
-        if len(poses_shape) != 3:
-            raise ValueError(
-                "Mask expects poses of shape (batch, num_caps, dim). "
-                f"Received: poses.shape={tuple(poses_shape)}"
-            )
+        check_mask_inputs(*split_capsule_inputs(input_shape))
 
     def call(self, inputs):
         poses, labels = split_capsule_inputs(inputs)
-        if labels is not None:
-            if len(labels.shape) == 1:
-                labels = ops.one_hot(ops.cast(labels, "int32"), poses.shape[1])
-        else:
-            labels = ops.one_hot(ops.argmax(safe_norm(poses), axis=-1), poses.shape[1])
+        # Shapes again: a built layer may be called with other labels.
+        check_mask_inputs(poses.shape, None if labels is None else labels.shape)
+        num_caps = poses.shape[1]
+        if labels is None:
+            labels = ops.one_hot(ops.argmax(safe_norm(poses), axis=-1), num_caps)
+        elif len(labels.shape) == 1 or labels.shape[-1] != num_caps:
+            ids = ops.reshape(ops.cast(labels, "int32"), (-1,))
+            labels = ops.one_hot(ids, num_caps)
         masked = poses * ops.cast(labels, poses.dtype)[..., None]
-        return ops.reshape(masked, (-1, poses.shape[1] * poses.shape[2]))
+        return ops.reshape(masked, (-1, num_caps * poses.shape[2]))
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = split_capsule_inputs(input_shape)
         batch, num_caps, dim = poses_shape
         return (batch, None if num_caps is None else num_caps * dim)
 
+
+def check_mask_inputs(poses_shape, labels_shape):
+    """Raises unless poses are `(batch, num_caps, dim)` (both known) and
+    labels `(batch,)`, `(batch, 1)` or `(batch, num_caps)`."""
+    poses_shape = tuple(poses_shape)
+    if len(poses_shape) != 3 or poses_shape[1] is None or poses_shape[2] is None:
+        raise ValueError(
+            "Mask expects poses of shape (batch, num_caps, dim) with known num_caps "
+            f"and dim. Received: poses.shape={poses_shape}"
+        )
+    if labels_shape is None:
+        return
+    labels_shape = tuple(labels_shape)
+    batch, num_caps = poses_shape[:2]
+    width_ok = len(labels_shape) == 1 or (
+        len(labels_shape) == 2 and labels_shape[1] in (1, num_caps)
+    )
+    if not width_ok or None not in (batch, labels_shape[0]) and labels_shape[0] != batch:
+        raise ValueError(
+            f"Mask expects labels of shape (batch,) or (batch, 1) (class ids) or "
+            f"(batch, {num_caps}) (one-hot) for poses.shape={poses_shape}. "
+            f"Received: labels.shape={labels_shape}"
+        )

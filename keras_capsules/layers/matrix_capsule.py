@@ -7,7 +7,12 @@ import numpy as np
 from keras import ops
 
 from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation, window_output_size
-from keras_capsules.layers.capsule import deserialize_router, route, serialize_router
+from keras_capsules.layers.capsule import (
+    build_router,
+    deserialize_router,
+    route,
+    serialize_router,
+)
 from keras_capsules.layers.conv_capsule import WindowedCapsule
 from keras_capsules.routing.em import EMRouting
 from keras_capsules.validation import int_tuple, one_of, positive_int
@@ -296,8 +301,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
             initializer=self.kernel_initializer,
         )
         in_caps = height * width * types
-        if not self.router.built:  # see WindowedCapsule.build
-            self.router.build((None, in_caps, self.num_classes, POSE_SIZE), (None, in_caps))
+        # See WindowedCapsule.build.
+        build_router(self.router, (None, in_caps, self.num_classes, POSE_SIZE), (None, in_caps))
 
     def call(self, inputs):
         poses, activations = inputs

@@ -33,8 +33,25 @@ class Router(keras.layers.Layer):
     Subclasses implement `route(votes, activations)`, which receives votes
     (and activations, or `None`) already in the routing dtype and returns
     `(poses, activations, coefficients)`. Routers with weights create them
-    in `build(votes_shape, activations_shape=None)`.
+    in `build(votes_shape, activations_shape=None)` and list in
+    `weight_axes` the votes axes (1: in_caps, 2: out_caps, 3: dim) whose
+    sizes the weights fix.
+
+    Reuse: a router without such axes (`DynamicRouting`,
+    `SparseAttentionRouting`) may route votes of any size after it is
+    built, so one instance can serve several capsule layers. A router
+    with weights is built for one size: called with other votes (or
+    given to a second capsule layer of another size) it raises a
+    `ValueError` naming the size it was built for; give each layer its
+    own router.
+
+    Shapes are checked when the router is built and on every call, before
+    any computation: votes must be `(batch, in_caps, out_caps, dim)` and
+    activations `(batch, in_caps)`.
     """
+
+    # Votes axes whose sizes the router's weights fix (see the docstring).
+    weight_axes = ()
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -42,11 +59,56 @@ class Router(keras.layers.Layer):
         # compute dtype first) and router weights are read in float32.
         self.autocast = False
 
+    def add_weight(self, *args, **kwargs):
+        # Inside a mixed-precision model the model's autocast scope casts
+        # every variable read to float16, `self.autocast = False` does not
+        # undo that; a variable made with `autocast=False` is read in
+        # float32. Router weights take part in float32 routing, and their
+        # gradients overflow float16 (~1e6 on votes of size 1e4).
+        kwargs.setdefault("autocast", False)
+        return super().add_weight(*args, **kwargs)
+
     def build(self, votes_shape, activations_shape=None):
-        check_votes_shape(votes_shape, self.__class__.__name__)
+        self.check_inputs(votes_shape, activations_shape)
+        self.built_votes_shape = tuple(votes_shape)
         self.built = True
 
+    def check_inputs(self, votes_shape, activations_shape=None):
+        """Raises a `ValueError` unless votes of `votes_shape` (and
+        activations of `activations_shape`, if not `None`) fit this router:
+        their ranks, the activations against the votes, and, once built,
+        the sizes its weights were made for."""
+        name = self.__class__.__name__
+        check_votes_shape(votes_shape, name)
+        votes_shape = tuple(votes_shape)
+        if activations_shape is not None:
+            activations_shape = tuple(activations_shape)
+            expected = votes_shape[:2]
+            if len(activations_shape) != 2 or not all(
+                None in (a, e) or a == e for a, e in zip(activations_shape, expected)
+            ):
+                raise ValueError(
+                    f"{name} expects activations of shape (batch, in_caps) = {expected} "
+                    f"for votes.shape={votes_shape}. "
+                    f"Received: activations.shape={activations_shape}"
+                )
+        built_shape = getattr(self, "built_votes_shape", None)
+        if self.built and built_shape is not None:
+            names = {1: "in_caps", 2: "out_caps", 3: "dim"}
+            for axis in self.weight_axes:
+                if None not in (built_shape[axis], votes_shape[axis]) and (
+                    built_shape[axis] != votes_shape[axis]
+                ):
+                    raise ValueError(
+                        f"{name} '{self.name}' was built for votes with "
+                        f"{names[axis]}={built_shape[axis]} (its weights have that "
+                        f"size) and cannot route votes with {names[axis]}="
+                        f"{votes_shape[axis]}. Received: votes.shape={votes_shape}. "
+                        "Give each capsule layer its own router."
+                    )
+
     def call(self, votes, activations=None, return_coefficients=False):
+        self.check_inputs(votes.shape, None if activations is None else activations.shape)
         dtype = compute_dtype_for(self.compute_dtype)
         votes = ops.cast(votes, dtype)
         if activations is not None:
@@ -63,7 +125,7 @@ class Router(keras.layers.Layer):
     def compute_output_shape(
         self, votes_shape, activations_shape=None, return_coefficients=False
     ):
-        check_votes_shape(votes_shape, self.__class__.__name__)
+        self.check_inputs(votes_shape, activations_shape)
         batch, in_caps, out_caps, dim = votes_shape
         shapes = ((batch, out_caps, dim), (batch, out_caps))
         if return_coefficients:

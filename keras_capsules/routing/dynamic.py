@@ -35,14 +35,16 @@ class DynamicRouting(Router):
     backward pass); the default `False` matches the official code, which
     differentiates through every iteration.
 
-    Input `activations` are accepted and ignored: dynamic routing weighs
-    children by the length of their votes only.
+    Input `activations` are accepted (checked against the votes) and
+    ignored: dynamic routing weighs children by the length of their votes
+    only. The router has no weights, so one instance may route votes of
+    any size (several capsule layers may share it).
 
     Args:
         iterations: number of routing iterations, `>= 1`.
         temperature: divides the logits before the softmax, `> 0`.
         agreement: `"dot"`, `"cosine"` or `"euclidean"`.
-        step_size: multiplies each logit update.
+        step_size: multiplies each logit update, `> 0`.
         stop_gradient: stop gradients through the votes in every iteration
             but the last.
 
@@ -70,7 +72,7 @@ class DynamicRouting(Router):
         self.iterations = positive_int(iterations, "iterations")
         self.temperature = positive_float(temperature, "temperature")
         self.agreement = one_of(agreement, AGREEMENTS, "agreement")
-        self.step_size = float(step_size)
+        self.step_size = positive_float(step_size, "step_size")
         self.stop_gradient = bool(stop_gradient)
 
     def route(self, votes, activations):

@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
-from keras_capsules.validation import positive_float, positive_int
+from keras_capsules.validation import is_real, positive_float, positive_int
 
 # Added to the summed assignment weights so a parent that receives nothing
 # divides by a positive number.
@@ -86,6 +86,8 @@ class EMRouting(Router):
         )
         self.epsilon = positive_float(epsilon, "epsilon")
 
+    weight_axes = (2,)  # beta_u, beta_a: (out_caps,)
+
     def build(self, votes_shape, activations_shape=None):
         super().build(votes_shape, activations_shape)
         out_caps = votes_shape[2]
@@ -152,7 +154,7 @@ def _check_inverse_temperature(value, iterations):
     """None, a positive number, or `iterations` positive numbers."""
     if value is None:
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_real(value):
         return positive_float(value, "inverse_temperature")
     if isinstance(value, (list, tuple)) and len(value) == iterations:
         return tuple(positive_float(v, "inverse_temperature") for v in value)

@@ -51,6 +51,8 @@ class InvertedDotProductRouting(Router):
         self.iterations = positive_int(iterations, "iterations")
         self.temperature = positive_float(temperature, "temperature")
 
+    weight_axes = (3,)  # the LayerNorm scale and offset: (dim,)
+
     def build(self, votes_shape, activations_shape=None):
         super().build(votes_shape, activations_shape)
         dim = votes_shape[-1]

@@ -46,6 +46,10 @@ class SelfAttentionRouting(Router):
         self.temperature = positive_float(temperature, "temperature")
         self.use_priors = bool(use_priors)
 
+    @property
+    def weight_axes(self):
+        return (1, 2) if self.use_priors else ()  # priors: (in_caps, out_caps)
+
     def build(self, votes_shape, activations_shape=None):
         super().build(votes_shape, activations_shape)
         if self.use_priors:

@@ -42,6 +42,8 @@ class SelfRouting(Router):
     NeurIPS 2019.
     """
 
+    weight_axes = (1, 2, 3)  # routing_kernel: (in_caps, out_caps, dim)
+
     def build(self, votes_shape, activations_shape=None):
         super().build(votes_shape, activations_shape)
         _, in_caps, out_caps, dim = votes_shape

@@ -26,7 +26,9 @@ class SparseAttentionRouting(Router):
     Sparsemax lets each child send its vote to a few parents only, with
     coefficients that are exactly zero elsewhere; `top_k` fixes how many.
     Entries tied with the `top_k`-th largest logit are all kept. Input
-    `activations` are accepted and ignored.
+    `activations` are accepted (checked against the votes) and ignored.
+    The router has no weights: one instance may route votes of any size
+    with `out_caps >= top_k`.
 
     Args:
         top_k: `None` for sparsemax, or the number of parents each child
@@ -47,8 +49,8 @@ class SparseAttentionRouting(Router):
         self.top_k = None if top_k is None else positive_int(top_k, "top_k")
         self.temperature = positive_float(temperature, "temperature")
 
-    def build(self, votes_shape, activations_shape=None):
-        super().build(votes_shape, activations_shape)
+    def check_inputs(self, votes_shape, activations_shape=None):
+        super().check_inputs(votes_shape, activations_shape)
         out_caps = votes_shape[2]
         if self.top_k is not None and (out_caps is None or self.top_k > out_caps):
             raise ValueError(

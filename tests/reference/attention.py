@@ -20,8 +20,11 @@ def self_attention_routing(votes, priors=None, temperature=1.0):
 
 
 def sparsemax(x, axis=-1):
-    """Martins & Astudillo (2016), Algorithm 1, one row at a time."""
+    """Martins & Astudillo (2016), Algorithm 1, one row at a time, on
+    `x - max(x)` (the same projection; keeps the `1` of the support test
+    for logits up to 1e30 in float64 too)."""
     x = np.moveaxis(np.asarray(x, np.float64), axis, -1)
+    x = x - x.max(axis=-1, keepdims=True)
     out = np.zeros_like(x)
     for idx in np.ndindex(x.shape[:-1]):
         z = np.sort(x[idx])[::-1]
