@@ -137,7 +137,7 @@ def serve(fmt, path, images, endpoint="serve"):
 
         interpreter = Interpreter(model_path=path)
         index = interpreter.get_input_details()[0]["index"]
-        # The batch is dynamic (-1 in the signature); the tensor starts at 1.
+        # TensorFlow's files have batch -1 in the signature and 1 in the tensor.
         interpreter.resize_tensor_input(index, images.shape)
         interpreter.allocate_tensors()
         interpreter.set_tensor(index, images)
