@@ -16,7 +16,7 @@ if [ "${1:-}" = "--install" ]; then
   python -m pip install -q --upgrade pip
   # torch==2.13.0 is the CPU wheel these machines carry; any torch >= 2.1
   # works for users. tensorflow-cpu is the same TensorFlow without CUDA.
-  python -m pip install -q "torch==2.13.0" tensorflow-cpu -e ".[jax,tfds,test]" \
+  python -m pip install -q "torch==2.13.0" tensorflow-cpu -e ".[jax,tfds,test,export]" \
     || exit 1
 fi
 
