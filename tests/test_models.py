@@ -45,12 +45,7 @@ def test_loss_is_margin_plus_weighted_reconstruction():
     one_hot = np.eye(3, dtype="float32")[labels]
     # Integer and one-hot labels give the same loss.
     losses = [model.evaluate(images, y, batch_size=8, verbose=0) for y in (labels, one_hot)]
-    scores = keras.ops.convert_to_numpy(model(images))
-    margin = (one_hot * np.maximum(0.9 - scores, 0) ** 2
-              + 0.5 * (1 - one_hot) * np.maximum(scores - 0.1, 0) ** 2).sum(-1).mean()
-    decoded = keras.ops.convert_to_numpy(model.reconstruct(images, labels))
-    mse = ((decoded - images) ** 2).mean()
-    np.testing.assert_allclose(losses, [margin + 0.5 * mse] * 2, rtol=1e-4)
+    np.testing.assert_allclose(losses, [expected_loss(model, images, labels)] * 2, rtol=1e-4)
     assert not hasattr(tiny_capsnet(reconstruction=False), "decoder")
 
 
@@ -157,3 +152,6 @@ def test_compute_loss_uses_the_poses_of_its_own_images(other_batch):
     loss = model.compute_loss(xb, yb, y_pred)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(loss),
                                expected_loss(model, xb, yb), rtol=1e-5)
+    # Without the images the poses cannot be recomputed: a clear error.
+    with pytest.raises(ValueError, match="Received: x=None"):
+        model.compute_loss(None, yb, y_pred)
