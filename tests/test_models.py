@@ -45,12 +45,7 @@ def test_loss_is_margin_plus_weighted_reconstruction():
     one_hot = np.eye(3, dtype="float32")[labels]
     # Integer and one-hot labels give the same loss.
     losses = [model.evaluate(images, y, batch_size=8, verbose=0) for y in (labels, one_hot)]
-    scores = keras.ops.convert_to_numpy(model(images))
-    margin = (one_hot * np.maximum(0.9 - scores, 0) ** 2
-              + 0.5 * (1 - one_hot) * np.maximum(scores - 0.1, 0) ** 2).sum(-1).mean()
-    decoded = keras.ops.convert_to_numpy(model.reconstruct(images, labels))
-    mse = ((decoded - images) ** 2).mean()
-    np.testing.assert_allclose(losses, [margin + 0.5 * mse] * 2, rtol=1e-4)
+    np.testing.assert_allclose(losses, [expected_loss(model, images, labels)] * 2, rtol=1e-4)
     assert not hasattr(tiny_capsnet(reconstruction=False), "decoder")
 
 
@@ -124,3 +119,39 @@ def test_bad_arguments_raise_value_errors():
         CapsNet(router="dynamic")
     with pytest.raises(ValueError, match="input_shape"):
         EfficientCapsNet(input_shape=(28, 28))
+
+
+def expected_loss(model, images, labels):
+    """Margin loss of the scores + weight * MSE of the label-masked reconstruction."""
+    one_hot = np.eye(model.num_classes, dtype="float32")[labels]
+    scores = keras.ops.convert_to_numpy(model(images))
+    margin = (one_hot * np.maximum(0.9 - scores, 0) ** 2
+              + 0.5 * (1 - one_hot) * np.maximum(scores - 0.1, 0) ** 2).sum(-1).mean()
+    decoded = keras.ops.convert_to_numpy(model.reconstruct(images, labels))
+    return margin + model.reconstruction_weight * ((decoded - images) ** 2).mean()
+
+
+@pytest.mark.parametrize("other_batch", [8, 4])
+def test_compute_loss_uses_the_poses_of_its_own_images(other_batch):
+    # Issue 12: a `predict` between the forward pass and `compute_loss` used
+    # to hand its own poses to the loss (a wrong loss, a shape error, or on
+    # TensorFlow a graph tensor out of scope).
+    model = tiny_capsnet()
+    # Poses of norm ~1 (not ~1e-7) and a decoder that they move: then
+    # other poses change the loss by ~5%.
+    for variable, scale in ((model.features.get_layer("primary").kernel, 10.0),
+                            (model.digit_capsules.kernel, 300.0),
+                            (model.decoder.layers[0].kernel, 10.0),
+                            (model.decoder.layers[1].kernel, 10.0)):
+        variable.assign(variable * scale)
+    model.compile(optimizer="adam")
+    xb, yb = batch(model.image_shape, n=8)
+    xa = np.zeros((other_batch, *model.image_shape), "float32")
+    y_pred = model(xb)
+    model.predict(xa, verbose=0)
+    loss = model.compute_loss(xb, yb, y_pred)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loss),
+                               expected_loss(model, xb, yb), rtol=1e-5)
+    # Without the images the poses cannot be recomputed: a clear error.
+    with pytest.raises(ValueError, match="Received: x=None"):
+        model.compute_loss(None, yb, y_pred)

@@ -1,7 +1,5 @@
 """Capsule classifiers whose loss adds a label-masked reconstruction term."""
 
-import threading
-
 import keras
 import numpy as np
 from keras import ops
@@ -15,28 +13,36 @@ from keras_capsules.validation import int_tuple, positive_int
 class CapsuleClassifier(keras.Model):
     """Base of the capsule classifiers: class scores out, reconstruction in the loss.
 
-    Subclasses create `self.features` (images -> child capsules) and
-    `self.digit_capsules` (a `keras_capsules.layers.Capsule` giving one
-    capsule per class). `call(images)` returns the class scores, the
-    lengths of the class capsules, so `predict` and the compiled metrics
-    see `(batch, num_classes)` scores.
+    `model(images)`, `predict` and `export` give the class scores, the
+    lengths of the class capsules, `(batch, num_classes)`.
 
-    Training needs no second input: `compute_loss(x, y, y_pred)` (which
-    the trainers of every backend call right after the forward pass, in
-    the same traced function) takes the class-capsule poses that this
-    forward pass recorded, masks them with the true labels `y`, decodes
-    them and adds
+    Training needs no second input. Inside the model's own `train_step`
+    and `test_step` (what `fit` and `evaluate` run), `call` returns
+    `(scores, poses)`: the loss then decodes the poses of that same
+    forward pass, masked with the true labels `y`, and adds
 
     ```
     loss = compiled_loss(one_hot(y), scores)  # MarginLoss() if none compiled
            + reconstruction_weight * mean((decoder(mask(poses, y)) - x)^2)
     ```
 
+    The compiled metrics see the scores. Called by hand with the scores,
+    `compute_loss(x, y, model(x))` encodes `x` again for the poses.
+
     The decoder ends in `decoder_activation`: `"sigmoid"` for images in
     [0, 1], `"linear"` for standardised images.
 
     Labels may be integer class ids `(batch,)` or one-hot `(batch,
     num_classes)`; the compiled loss receives them one-hot.
+
+    Subclasses pass the base arguments to `__init__`, then create
+    `self.features` (images -> child capsules `(batch, children, dim)`,
+    taking `training`), `self.digit_capsules` (a built
+    `keras_capsules.layers.Capsule` with one capsule per class), and, when
+    `self.reconstruction`, `self.decoder = self._build_decoder(capsule_dim)`;
+    they end with `self.build((None, *self.image_shape))` and extend
+    `get_config`. `encode` may be overridden; `call`, `train_step`,
+    `test_step`, `compute_loss` and `compute_metrics` should not.
     """
 
     def __init__(
@@ -69,9 +75,11 @@ class CapsuleClassifier(keras.Model):
         self.mask = Mask(name="mask")
         self.margin_loss = MarginLoss()
         self.reconstruction_loss = keras.losses.MeanSquaredError()
-        # Poses of the last forward pass, per thread (MirroredStrategy traces
-        # its replicas in threads); read back by compute_loss.
-        object.__setattr__(self, "_recorded_poses", {})
+        # > 0 while train_step or test_step runs (traces, on TF and JAX):
+        # `call` then returns the poses too. A count, as MirroredStrategy
+        # runs its replicas' steps in interleaved threads; a plain list, set
+        # past Keras's attribute tracking, which torch.compile traces as is.
+        object.__setattr__(self, "_steps_running", [0])
 
     def _build_decoder(self, capsule_dim):
         layers = [keras.Input((self.num_classes * capsule_dim,))]
@@ -93,24 +101,50 @@ class CapsuleClassifier(keras.Model):
 
     def call(self, images, training=None):
         poses = self.encode(images, training=training)
-        self._recorded_poses[threading.get_ident()] = poses
-        return self.scores(poses)
+        scores = self.scores(poses)
+        if self._steps_running[0] > 0:
+            return scores, poses
+        return scores
+
+    def train_step(self, *args, **kwargs):
+        return self._step(super().train_step, *args, **kwargs)
+
+    def test_step(self, *args, **kwargs):
+        return self._step(super().test_step, *args, **kwargs)
+
+    def _step(self, step, *args, **kwargs):
+        # The backends' steps (data, or JAX's state and data) pass through.
+        self._steps_running[0] += 1
+        try:
+            return step(*args, **kwargs)
+        finally:
+            self._steps_running[0] -= 1
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        scores, poses = y_pred if isinstance(y_pred, (tuple, list)) else (y_pred, None)
         labels = self._one_hot(y)
         if self._compile_loss is not None:
-            loss = self._compile_loss(labels, y_pred, sample_weight)
+            loss = self._compile_loss(labels, scores, sample_weight)
         else:
-            loss = self.margin_loss(labels, y_pred, sample_weight)
+            loss = self.margin_loss(labels, scores, sample_weight)
         losses = [ops.cast(loss, "float32")]
         if self.reconstruction:
-            poses = self._recorded_poses.pop(threading.get_ident(), None)
-            if poses is None:  # compute_loss called without a forward pass.
+            if poses is None:  # Scores from `model(x)`: encode x again.
+                if x is None:
+                    raise ValueError(
+                        "compute_loss needs the images `x` for the reconstruction "
+                        "loss when `y_pred` holds only the class scores. Received: x=None"
+                    )
                 poses = self.encode(x, training=training)
             losses.append(self.reconstruction_weight * self._reconstruction_error(
                 x, poses, labels, sample_weight))
         losses += [ops.cast(self._aggregate_additional_loss(l), "float32") for l in self.losses]
         return ops.sum(ops.stack(losses))
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        if isinstance(y_pred, (tuple, list)):
+            y_pred = y_pred[0]  # The scores, without the poses.
+        return super().compute_metrics(x, y, y_pred, sample_weight)
 
     def _reconstruction_error(self, images, poses, labels, sample_weight):
         decoded = ops.cast(self.decoder(self.mask([poses, labels])), "float32")
