@@ -416,7 +416,9 @@ class _TorchLoop(_Loop):
                 self.model = model
 
             def forward(self, inputs, labels):
-                y_pred = self.model(inputs, training=True)
+                # Capsule classifiers then return the poses their loss decodes.
+                with getattr(self.model, "loss_outputs", contextlib.nullcontext)():
+                    y_pred = self.model(inputs, training=True)
                 return self.model.compute_loss(inputs, labels, y_pred, training=True), y_pred
 
         device_ids = [torch.cuda.current_device()] if torch.cuda.is_available() else None

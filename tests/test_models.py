@@ -155,3 +155,16 @@ def test_compute_loss_uses_the_poses_of_its_own_images(other_batch):
     # Without the images the poses cannot be recomputed: a clear error.
     with pytest.raises(ValueError, match="Received: x=None"):
         model.compute_loss(None, yb, y_pred)
+
+
+def test_loss_outputs_gives_custom_loops_the_poses_of_the_forward_pass():
+    model = tiny_capsnet()
+    model.compile(optimizer="adam")
+    x, y = batch(model.image_shape, n=8)
+    with model.loss_outputs():
+        scores, poses = model(x, training=False)
+    assert tuple(poses.shape) == (8, model.num_classes, 4)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(scores),
+                               keras.ops.convert_to_numpy(model(x)), rtol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model.compute_loss(x, y, (scores, poses))),
+                               expected_loss(model, x, y), rtol=1e-5)

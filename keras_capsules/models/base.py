@@ -1,5 +1,7 @@
 """Capsule classifiers whose loss adds a label-masked reconstruction term."""
 
+import contextlib
+
 import keras
 import numpy as np
 from keras import ops
@@ -112,8 +114,21 @@ class CapsuleClassifier(keras.Model):
     def test_step(self, *args, **kwargs):
         return self._step(super().test_step, *args, **kwargs)
 
+    @contextlib.contextmanager
+    def loss_outputs(self):
+        """Within this context `call` returns `(scores, poses)`: the `y_pred`
+        that `compute_loss` decodes the reconstruction from. For custom
+        training loops, around the forward pass (`fit` and `evaluate` need
+        nothing: `train_step` and `test_step` do the same)."""
+        self._steps_running[0] += 1
+        try:
+            yield
+        finally:
+            self._steps_running[0] -= 1
+
     def _step(self, step, *args, **kwargs):
         # The backends' steps (data, or JAX's state and data) pass through.
+        # Not `loss_outputs`: torch.compile traces this step.
         self._steps_running[0] += 1
         try:
             return step(*args, **kwargs)
