@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# CapsNet train step on a lent NVIDIA H200: torch and JAX, ours vs the pure
+# CapsNet train step on an NVIDIA H200: torch and JAX, ours vs the pure
 # references, images/s and the fraction of the FLOP floor.
 #
-# That machine (see the device tool's KINDS.md) has torch, JAX, absl-py,
-# h5py, ml-dtypes, numpy, packaging and rich, but not Keras, namex or optree,
-# and no TensorFlow (so no TensorFlow rows). Carry those three as wheels.
-# Once, in the root of the checkout the device tool sends (the lead's main
-# checkout; /.whl/ is in .gitignore):
+# It needs Keras, namex and optree next to torch and JAX (TensorFlow is
+# optional: without it there are no TensorFlow rows). On a GPU machine
+# without internet access, download the wheels elsewhere into .whl/ (in
+# .gitignore) and the script installs them from there:
 #
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #       --implementation cp --platform manylinux_2_28_x86_64 \
@@ -14,8 +13,7 @@
 #       --platform manylinux2014_x86_64 -d .whl \
 #       keras==3.15.1 namex==0.1.0 optree==0.20.0
 #
-# then with the device tool:  run(command="bash benchmarks/gpu.sh",
-# carry=[".whl"], timeout_s=560). It prints two tables (the last one: the
+# Run `bash benchmarks/gpu.sh`. It prints two tables (the last one: the
 # FLOP-floor fractions) and writes $OUT/gpu.json and $OUT/gpu.log.
 #
 # FLOP floor: 153.9 GFLOP per CapsNet train step at batch 128 (1.2023 GFLOP
@@ -25,14 +23,12 @@
 # matmuls in full float32 by default (cuDNN convolutions may use TF32);
 # XLA on GPU uses TF32 for float32 dots and convolutions by default.
 #
-# Budget: one command of at most 10 minutes, 15 minutes of device time in
-# all. The default plan (CapsNet at batch 128 and 32: torch eager, torch
+# The default plan (CapsNet at batch 128 and 32: torch eager, torch
 # with torch.compile, JAX jit; pure torch, pure torch + torch.compile, pure
 # JAX) is sized for about 6-8 minutes; GPU_FULL=1 adds JAX without jit and
-# Efficient-CapsNet (longer: run it alone, with a fresh budget). GPU_SMOKE=1
+# Efficient-CapsNet (longer: run it alone). GPU_SMOKE=1
 # runs a tiny plan anywhere (batch 2, one step), to check the plumbing.
-# Not run on a GPU yet: no device machine was lent to the session that
-# wrote it (only GPU_SMOKE=1 on the CPU machine).
+# Not run on a GPU yet (only GPU_SMOKE=1 on a CPU machine).
 
 set -uo pipefail
 cd "$(dirname "$0")/.."
