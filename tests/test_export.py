@@ -46,12 +46,6 @@ KNOWN_FAILURES = {
     # so the converter keeps a Select TF op (Flex), which the pip LiteRT
     # interpreters do not run.
     ("tensorflow", "litert", "MatrixCapsNet"): (RuntimeError, "FlexTranspose"),
-    # ops.sparsemax's take_along_axis is aten::take_along_dim, which torch's
-    # TorchScript ONNX exporter (Keras's choice for a dynamic batch) lacks.
-    ("torch", "onnx", "router-sparse-attention"): (Exception, "take_along_dim"),
-    # The same take_along_axis: litert-torch's MLIR check fails on an int64
-    # index where an int32 was declared.
-    ("torch", "litert", "router-sparse-attention"): (RuntimeError, "operand type mismatch"),
 }
 FORMATS = ("tf_saved_model", "onnx", "litert")
 FILENAMES = {"tf_saved_model": "saved_model", "onnx": "model.onnx", "litert": "model.tflite"}
