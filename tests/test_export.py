@@ -37,10 +37,6 @@ if importlib.util.find_spec("litert_torch") is None:
 # runtime raises today: strict expected failures of library code, to drop
 # when the library avoids them.
 KNOWN_FAILURES = {
-    # DepthwisePrimaryCapsule's einsum "bhwc,hwc->bc": the TFLite converter
-    # rejects the BatchMatMulV2 TensorFlow lowers it to ("invalid output
-    # dimension on col").
-    ("tensorflow", "litert", "EfficientCapsNet"): (Exception, "BatchMatMulV2"),
     # ClassMatrixCapsule's einsum "bhwtxy,tcyz->bhwtcxz" becomes a 7-D
     # transpose on TensorFlow; TFLite's TRANSPOSE has at most 6 dimensions,
     # so the converter keeps a Select TF op (Flex), which the pip LiteRT
