@@ -36,13 +36,7 @@ if importlib.util.find_spec("litert_torch") is None:
 # (backend, format, model) -> (exception, message) that the export or the
 # runtime raises today: strict expected failures of library code, to drop
 # when the library avoids them.
-KNOWN_FAILURES = {
-    # ClassMatrixCapsule's einsum "bhwtxy,tcyz->bhwtcxz" becomes a 7-D
-    # transpose on TensorFlow; TFLite's TRANSPOSE has at most 6 dimensions,
-    # so the converter keeps a Select TF op (Flex), which the pip LiteRT
-    # interpreters do not run.
-    ("tensorflow", "litert", "MatrixCapsNet"): (RuntimeError, "FlexTranspose"),
-}
+KNOWN_FAILURES = {}
 FORMATS = ("tf_saved_model", "onnx", "litert")
 FILENAMES = {"tf_saved_model": "saved_model", "onnx": "model.onnx", "litert": "model.tflite"}
 
