@@ -120,11 +120,15 @@ def sparsemax(x, axis=-1):
     z = ops.stop_gradient(-ops.sort(-x, axis=-1))
     ranks = ops.arange(1, n + 1, dtype=x.dtype)
     in_support = 1.0 + ranks * z > ops.cumsum(z, axis=-1)
-    # >= 1 also for non-finite inputs, so the gather below stays in range.
+    # >= 1 also for non-finite inputs, so the k-th largest below exists.
     k = ops.maximum(ops.sum(ops.cast(in_support, "int32"), axis=-1, keepdims=True), 1)
     # Ties at the boundary are all in or all out of the support, so the
-    # support is exactly {x >= k-th largest value}.
-    kth_largest = ops.take_along_axis(z, k - 1, axis=-1)
+    # support is exactly {x >= k-th largest value}. z is sorted descending,
+    # so that is the min of its first k entries: a masked min instead of a
+    # take_along_axis gather, which torch's ONNX and LiteRT exporters lack.
+    kth_largest = ops.min(
+        ops.where(ranks <= ops.cast(k, x.dtype), z, z[..., :1]), axis=-1, keepdims=True
+    )
     support = ops.cast(x >= kth_largest, x.dtype)
     tau = (ops.sum(x * support, axis=-1, keepdims=True) - 1.0) / ops.cast(k, x.dtype)
     y = ops.maximum(x - tau, 0.0) * support

@@ -36,23 +36,7 @@ if importlib.util.find_spec("litert_torch") is None:
 # (backend, format, model) -> (exception, message) that the export or the
 # runtime raises today: strict expected failures of library code, to drop
 # when the library avoids them.
-KNOWN_FAILURES = {
-    # DepthwisePrimaryCapsule's einsum "bhwc,hwc->bc": the TFLite converter
-    # rejects the BatchMatMulV2 TensorFlow lowers it to ("invalid output
-    # dimension on col").
-    ("tensorflow", "litert", "EfficientCapsNet"): (Exception, "BatchMatMulV2"),
-    # ClassMatrixCapsule's einsum "bhwtxy,tcyz->bhwtcxz" becomes a 7-D
-    # transpose on TensorFlow; TFLite's TRANSPOSE has at most 6 dimensions,
-    # so the converter keeps a Select TF op (Flex), which the pip LiteRT
-    # interpreters do not run.
-    ("tensorflow", "litert", "MatrixCapsNet"): (RuntimeError, "FlexTranspose"),
-    # ops.sparsemax's take_along_axis is aten::take_along_dim, which torch's
-    # TorchScript ONNX exporter (Keras's choice for a dynamic batch) lacks.
-    ("torch", "onnx", "router-sparse-attention"): (Exception, "take_along_dim"),
-    # The same take_along_axis: litert-torch's MLIR check fails on an int64
-    # index where an int32 was declared.
-    ("torch", "litert", "router-sparse-attention"): (RuntimeError, "operand type mismatch"),
-}
+KNOWN_FAILURES = {}
 FORMATS = ("tf_saved_model", "onnx", "litert")
 FILENAMES = {"tf_saved_model": "saved_model", "onnx": "model.onnx", "litert": "model.tflite"}
 

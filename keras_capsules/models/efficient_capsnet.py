@@ -59,7 +59,9 @@ class DepthwisePrimaryCapsule(keras.layers.Layer):
         self.bias = self.add_weight(name="bias", shape=(channels,), initializer="zeros")
 
     def call(self, inputs):
-        y = ops.einsum("bhwc,hwc->bc", inputs, self.kernel) + self.bias
+        # A broadcast product and sum, not einsum("bhwc,hwc->bc"): TensorFlow
+        # lowers that einsum to a BatchMatMulV2 the TFLite converter rejects.
+        y = ops.sum(inputs * self.kernel, axis=(1, 2)) + self.bias
         return efficient_squash(ops.reshape(y, (-1, self.num_capsules, self.capsule_dim)))
 
     def compute_output_shape(self, input_shape):
