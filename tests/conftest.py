@@ -4,6 +4,7 @@ torch is imported before tensorflow: importing them the other way round in
 one process can crash (both bundle their own native libraries).
 """
 
+import contextlib
 import os
 
 # JAX keeps its XLA compilations on disk for the whole suite: many tests (and
@@ -49,3 +50,20 @@ def real_mnist_dir():
     if data_dir and os.path.isdir(os.path.join(data_dir, "mnist")):
         return data_dir
     return None
+
+
+@contextlib.contextmanager
+def exclusive(lock_path):
+    """Holds an exclusive file lock: the first pytest-xdist process to need a
+    set of worker subprocesses runs them, the others wait and read results."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock; runs without xdist still work.
+        yield
+        return
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

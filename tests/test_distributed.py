@@ -7,7 +7,6 @@ fixed global batch (the other rows are noise there). Their final weights
 must agree, and equal one process trained on the whole clean batch.
 """
 
-import contextlib
 import json
 import os
 import signal
@@ -20,7 +19,7 @@ import numpy as np
 import pytest
 
 from tests import distributed_worker as worker
-from tests.conftest import BACKEND
+from tests.conftest import BACKEND, exclusive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROCESSES = 2
@@ -122,19 +121,6 @@ def cluster_run(request, tmp_path_factory):
     return out_dir
 
 
-@contextlib.contextmanager
-def exclusive(lock_path):
-    try:
-        import fcntl
-    except ImportError:  # Windows: no lock; runs without xdist still work.
-        yield
-        return
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def assert_weights_match(runs, expected):

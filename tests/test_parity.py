@@ -8,7 +8,6 @@ are cached under `.pytest_cache/parity`, so the three per-backend pytest
 runs share them.
 """
 
-import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -21,6 +20,7 @@ import keras
 import numpy as np
 import pytest
 
+from tests.conftest import exclusive
 from tests.parity.registry import load_cases
 from tests.reference.finite_diff import fd_gradients
 
@@ -51,24 +51,11 @@ def parity_results():
     paths = {b: cache / f"{b}-{key}.npz" for b in BACKENDS if _installed(b)}
     # Under pytest-xdist every test process needs the results: the first to
     # take the lock runs the workers, the others wait and read its files.
-    with _exclusive(cache / f"{key}.lock"):
+    with exclusive(cache / f"{key}.lock"):
         _run_missing_workers(paths)
     return {b: dict(np.load(p)) for b, p in paths.items()}
 
 
-@contextlib.contextmanager
-def _exclusive(lock_path):
-    try:
-        import fcntl
-    except ImportError:  # Windows: no xdist-safe lock; serial runs still work.
-        yield
-        return
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _run_missing_workers(paths):

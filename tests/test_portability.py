@@ -15,7 +15,6 @@ TensorFlow or JAX; the README's workaround, `load_model(path,
 compile=False)` and `compile` again, is what these tests check there.
 """
 
-import contextlib
 import hashlib
 import importlib.util
 import os
@@ -28,6 +27,7 @@ import numpy as np
 import pytest
 
 import keras_capsules as kc  # Registers the classes that load_model looks up.
+from tests.conftest import exclusive
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BACKENDS = ("tensorflow", "torch", "jax")
@@ -128,19 +128,6 @@ def _source_hash():
     return h.hexdigest()[:16]
 
 
-@contextlib.contextmanager
-def _exclusive(lock_path):
-    try:
-        import fcntl
-    except ImportError:  # Windows: serial runs only.
-        yield
-        return
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _run_workers(command, folders):
@@ -163,7 +150,7 @@ def portability():
     root = ROOT / ".pytest_cache" / "portability" / _source_hash()
     root.mkdir(parents=True, exist_ok=True)
     backends = [b for b in BACKENDS if _installed(b)]
-    with _exclusive(root / "lock"):
+    with exclusive(root / "lock"):
         if not all((root / f"loaded-{b}.npz").exists() for b in backends):
             saves = {b: [str(root / b)] for b in backends
                      if not (root / b / "predictions.npz").exists()}
