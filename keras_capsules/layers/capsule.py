@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.orthogonal import householder_orthogonal
-from keras_capsules.routing.base import Router
+from keras_capsules.routing.base import Router, check_activations_shape
 from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.validation import positive_int
 
@@ -87,7 +87,7 @@ class Capsule(keras.layers.Layer):
                 "Capsule needs a known in_dim, and a known in_caps unless "
                 f"share_weights=True. Received: poses.shape={tuple(poses_shape)}"
             )
-        check_activations_shape("Capsule", poses_shape, activations_shape)
+        check_activations_shape("Capsule", "poses", poses_shape, activations_shape)
         self.in_dim = in_dim
         prefix = (self.num_capsules,) if self.share_weights else (in_caps, self.num_capsules)
         if self.orthogonal:
@@ -108,7 +108,7 @@ class Capsule(keras.layers.Layer):
     def call(self, inputs):
         poses, activations = split_capsule_inputs(inputs)
         if activations is not None:  # a built layer may get other activations
-            check_activations_shape("Capsule", poses.shape, activations.shape)
+            check_activations_shape("Capsule", "poses", poses.shape, activations.shape)
         equation = "bid,jde->bije" if self.share_weights else "bid,ijde->bije"
         votes = ops.einsum(equation, poses, self.transforms())
         poses, activations = route(self, votes, activations)
@@ -139,23 +139,6 @@ class Capsule(keras.layers.Layer):
             orthogonal=self.orthogonal,
         )
         return config
-
-
-def check_activations_shape(layer_name, poses_shape, activations_shape):
-    """Raises unless activations are `(batch, in_caps)` for poses `(batch,
-    in_caps, dim)` (sizes that are `None` match anything)."""
-    if activations_shape is None:
-        return
-    activations_shape = tuple(activations_shape)
-    expected = tuple(poses_shape)[:2]
-    if len(activations_shape) != 2 or not all(
-        None in (a, e) or a == e for a, e in zip(activations_shape, expected)
-    ):
-        raise ValueError(
-            f"{layer_name} expects activations of shape (batch, in_caps) = {expected} "
-            f"for poses.shape={tuple(poses_shape)}. "
-            f"Received: activations.shape={activations_shape}"
-        )
 
 
 def build_router(router, votes_shape, activations_shape):

@@ -81,17 +81,7 @@ class Router(keras.layers.Layer):
         name = self.__class__.__name__
         check_votes_shape(votes_shape, name)
         votes_shape = tuple(votes_shape)
-        if activations_shape is not None:
-            activations_shape = tuple(activations_shape)
-            expected = votes_shape[:2]
-            if len(activations_shape) != 2 or not all(
-                None in (a, e) or a == e for a, e in zip(activations_shape, expected)
-            ):
-                raise ValueError(
-                    f"{name} expects activations of shape (batch, in_caps) = {expected} "
-                    f"for votes.shape={votes_shape}. "
-                    f"Received: activations.shape={activations_shape}"
-                )
+        check_activations_shape(name, "votes", votes_shape, activations_shape)
         built_shape = getattr(self, "built_votes_shape", None)
         if self.built and built_shape is not None:
             names = {1: "in_caps", 2: "out_caps", 3: "dim"}
@@ -149,4 +139,22 @@ def check_votes_shape(votes_shape, name):
         raise ValueError(
             f"{name} expects votes of shape (batch, in_caps, out_caps, dim). "
             f"Received: votes.shape={tuple(votes_shape)}"
+        )
+
+
+def check_activations_shape(name, of, shape, activations_shape):
+    """Raises unless activations are `(batch, in_caps)` for the `of` tensor
+    (votes or poses) of shape `(batch, in_caps, ...)`; sizes that are `None`
+    match anything."""
+    if activations_shape is None:
+        return
+    activations_shape, shape = tuple(activations_shape), tuple(shape)
+    expected = shape[:2]
+    if len(activations_shape) != 2 or not all(
+        None in (a, e) or a == e for a, e in zip(activations_shape, expected)
+    ):
+        raise ValueError(
+            f"{name} expects activations of shape (batch, in_caps) = {expected} "
+            f"for {of}.shape={shape}. "
+            f"Received: activations.shape={activations_shape}"
         )
