@@ -9,7 +9,7 @@ from keras import ops  # noqa: E402
 
 
 def plot_history(history, path):
-    """Loss and accuracy per epoch, training and validation."""
+    """Loss and accuracy per epoch (and validation ones, when `history` has them)."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key in zip(axes, ("loss", "accuracy")):
         for prefix, style in (("", "-o"), ("val_", "--o")):
