@@ -1,7 +1,5 @@
-"""Backend-specific timing helpers for benchmarks (not library code)."""
-
-import statistics
-import time
+"""Backend-specific helpers for the benchmarks' workers (not library code);
+timing is in harness.py."""
 
 import keras
 import numpy as np
@@ -46,23 +44,6 @@ def grad_step(loss_fn, jit=True):
         return loss, unpack(torch.autograd.grad(loss, args))
 
     return step
-
-
-def block(x):
-    """Waits for asynchronous backends (JAX dispatch) to finish `x`."""
-    return keras.ops.convert_to_numpy(x)
-
-
-def time_fn(fn, *args, warmup=2, repeats=10):
-    """Median and minimum wall time in ms of `fn(*args)` after warm-up."""
-    for _ in range(warmup):
-        block(fn(*args)[0])
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        block(fn(*args)[0])
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times), min(times)
 
 
 def random_tensor(shape, seed=0):
