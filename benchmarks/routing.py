@@ -5,8 +5,8 @@ usage: python benchmarks/routing.py [--backends tensorflow,torch,jax]
                                     [--shape 128,1152,10,16]
                                     [--torch-compile] [--json out.json]
 
-Each backend runs in its own subprocess (a backend cannot change inside a
-process). For every router, the library's router ("ours") is compared with
+Each backend runs in a worker process of its own (benchmarks/harness.py:
+a backend cannot change inside a process). For every router, the library's router ("ours") is compared with
 a hand-written plain-framework implementation of the same math ("pure",
 benchmarks/pure_routing_{tf,torch,jax}.py) on the same votes and the same
 (randomised) router weights: forward values must agree within 1e-4
@@ -28,15 +28,12 @@ import argparse
 import importlib
 import json
 import os
-import statistics
-import subprocess
 import sys
-import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-BACKENDS = ("tensorflow", "torch", "jax")
+import harness
+
 PURE_MODULES = {
     "tensorflow": "pure_routing_tf",
     "torch": "pure_routing_torch",
@@ -90,39 +87,9 @@ def randomise_weights(router, seed=1):
     return {w.name: np.asarray(w.numpy()) for w in router.weights}
 
 
-def time_interleaved(fns, x, warmup=2, repeats=5):
-    """{name: (median ms, min ms, median CPU ms of this process)}; the
-    functions alternate within each repeat (order reversed every other
-    repeat) so load drifts hit all. CPU time (all threads) is less
-    sensitive than wall time to other processes on a shared machine."""
-    from _backend import block
-
-    for fn in fns.values():
-        for _ in range(warmup):
-            block(fn(x)[0])
-    times = {name: [] for name in fns}
-    cpu_times = {name: [] for name in fns}
-    names = list(fns)
-    for rep in range(repeats):
-        for name in names if rep % 2 == 0 else names[::-1]:
-            start, cpu_start = time.perf_counter(), time.process_time()
-            block(fns[name](x)[0])
-            times[name].append((time.perf_counter() - start) * 1e3)
-            cpu_times[name].append((time.process_time() - cpu_start) * 1e3)
-    return {
-        n: (statistics.median(t), min(t), statistics.median(cpu_times[n]))
-        for n, t in times.items()
-    }
-
-
 def worker(args):
-    os.environ["KERAS_BACKEND"] = args.backend
-    try:
-        import torch  # noqa: F401  (before tensorflow)
-    except ImportError:
-        pass
-    # This checkout's library (not whichever one is installed), then _backend.
-    sys.path[:0] = [os.path.dirname(HERE), HERE]
+    harness.worker_setup(args)
+    args = argparse.Namespace(**args)
     import keras
     from _backend import grad_step
 
@@ -173,48 +140,43 @@ def worker(args):
                 to_numpy(steps[other](votes)[1]),
                 GRADIENT_RTOL,
             )
-        timings = time_interleaved(steps, votes, repeats=args.repeats)
-        results[name] = {
-            k: {"median_ms": m, "min_ms": b, "median_cpu_ms": c} for k, (m, b, c) in timings.items()
-        }
+        results[name] = harness.time_interleaved(steps, votes, repeats=args.repeats)
+        summary = ", ".join(f"{k} {t['median_ms']:.1f} ({t['min_ms']:.1f})"
+                            for k, t in results[name].items())
         results[name]["max_relative_error"] = errors
-        summary = ", ".join(f"{k} {m:.1f} ({b:.1f})" for k, (m, b, _) in timings.items())
         print(f"{args.backend} {name}: {summary}", file=sys.stderr, flush=True)
-    print("RESULT " + json.dumps(results))
+    harness.reply("RESULT", **results)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--backends", default=",".join(harness.BACKENDS))
     parser.add_argument("--routers", default="")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--shape", default="128,1152,10,16")
     parser.add_argument("--torch-compile", action="store_true")
     parser.add_argument("--json", help="also write the results to this file")
-    parser.add_argument("--backend", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.repeats < 3:
         parser.error(f"--repeats must be at least 3. Received: --repeats={args.repeats}")
-    if args.backend:
-        return worker(args)
+    if args.worker:
+        return worker(json.loads(args.worker))
 
+    # Busy-waiting OpenMP threads (torch's default) turn a shared, loaded
+    # machine's noise into seconds per step; passive waiting keeps it sane.
+    env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     table, failed = {}, []
     for backend in args.backends.split(","):
-        cmd = [sys.executable, __file__, "--backend", backend, "--repeats",
-               str(args.repeats), "--shape", args.shape, "--routers", args.routers]
-        if args.torch_compile:
-            cmd.append("--torch-compile")
-        env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
-        # Busy-waiting OpenMP threads (torch's default) turn a shared, loaded
-        # machine's noise into seconds per step; passive waiting keeps it sane.
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
-        lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-        if out.returncode or not lines:
-            print(f"{backend} failed (exit {out.returncode})", file=sys.stderr)
+        config = dict(backend=backend, repeats=args.repeats, shape=args.shape,
+                      routers=args.routers, torch_compile=args.torch_compile)
+        # The worker's stderr passes through: its progress, or why it failed.
+        results, error = harness.measure(os.path.abspath(__file__), config, env=env, stderr=None)
+        if results is None:
+            print(f"{backend} failed ({error})", file=sys.stderr)
             failed.append(backend)
             continue
-        table[backend] = json.loads(lines[-1][len("RESULT "):])
+        table[backend] = results
 
     print(f"votes {args.shape}, forward+backward, ms median (min) of {args.repeats}, "
           "interleaved; ratio = ours / pure (medians); "
