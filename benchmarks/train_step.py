@@ -24,8 +24,9 @@ Keras): `torch` (eager, nn.Module + torch.optim.Adam), `torch-compile`
 (its loss under `torch.compile`), `jax` (`jax.jit` of `value_and_grad` +
 a hand-written Adam).
 
-Each configuration runs in a worker process of its own (a backend cannot
-change in a process; peak RSS is that process's `ru_maxrss`). For each
+Each configuration runs in a worker process of its own
+(benchmarks/harness.py: a backend cannot change in a process; peak RSS is
+that process's `ru_maxrss`). For each
 (model, batch) the workers start one after another, compile and warm up
 (`--warmup` steps, not timed), then wait; the repetitions are interleaved
 over them (worker order rotated each round), one worker running at a time,
@@ -48,15 +49,12 @@ import json
 import os
 import platform
 import resource
-import select
-import subprocess
 import sys
-import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-BACKENDS = ("tensorflow", "torch", "jax")
+import harness
+
+BACKENDS = harness.BACKENDS
 MODELS = ("capsnet", "efficient")
 REFERENCES = ("torch", "torch-compile", "jax")
 CAPSNET_GFLOP_PER_IMAGE = 153.9 / 128
@@ -135,10 +133,8 @@ def jax_reference_step(config, data):
 
 def worker(config):
     """Builds one configuration, warms it up, then serves `run` requests on stdin."""
-    sys.path.insert(0, HERE)
-    if config["impl"] == "keras":
-        os.environ["KERAS_BACKEND"] = config["backend"]
-        sys.path.insert(0, ROOT)  # this checkout's keras_capsules
+    # Only the framework measured is imported (peak RSS): no torch first.
+    harness.worker_setup(config, torch_first=False)
     impl = config["impl"]
     if impl == "keras":
         import keras  # noqa: F401
@@ -159,20 +155,10 @@ def worker(config):
     for i in range(1, config["warmup"]):
         step(i)
     frameworks = sorted(m for m in ("tensorflow", "torch", "jax") if m in sys.modules)
-    reply("READY", compile_s=compile_s, params=params, rss_baseline_mb=baseline,
-          imported=frameworks)
-    i = 0
-    for line in sys.stdin:
-        if line.strip() != "run":
-            break
-        times, cpu = [], time.process_time()
-        for _ in range(config["steps"]):
-            start = time.perf_counter()
-            loss = step(i)
-            times.append(time.perf_counter() - start)
-            i += 1
-        reply("TIMES", times=times, cpu_s=time.process_time() - cpu, loss=loss)
-    reply("DONE", peak_rss_mb=peak_rss_mb(), rss_end_mb=rss_now_mb(),
+    harness.reply("READY", compile_s=compile_s, params=params, rss_baseline_mb=baseline,
+                  imported=frameworks)
+    harness.serve(step, config["steps"])  # each step returns the loss as a float: synced
+    harness.reply("DONE", peak_rss_mb=peak_rss_mb(), rss_end_mb=rss_now_mb(),
           **device_memory(config["backend"]))
     os._exit(0)  # no interpreter teardown (torch.compile's worker pools can hang it)
 
@@ -196,78 +182,6 @@ def device_memory(backend):
     return {"device": "cpu"}
 
 
-def reply(kind, **fields):
-    print(kind + " " + json.dumps(fields), flush=True)
-
-
-# ----------------------------------------------------------------- parent
-
-
-class Worker:
-    def __init__(self, config, timeout):
-        self.config, self.timeout, self.error = config, timeout, None
-        self.result = {"times": [], "cpu_s": [], "losses": []}
-        self.buffer = b""
-        # JAX must not grab 75% of a GPU per worker: several are alive at once.
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1",
-               "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-        if config["impl"] == "keras":
-            env["KERAS_BACKEND"] = config["backend"]
-        # A file, not a pipe: nobody reads stderr while the worker runs.
-        self.stderr = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--worker", json.dumps(config)], cwd=ROOT, env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0)
-        ready = self._read("READY")
-        if ready is not None:
-            self.result.update(ready)
-
-    def _read(self, kind):
-        """Next `kind` reply; None (and `self.error`) if the worker died or timed out."""
-        deadline = time.monotonic() + self.timeout
-        fd = self.proc.stdout.fileno()
-        while time.monotonic() < deadline:
-            while b"\n" in self.buffer:
-                line, self.buffer = self.buffer.split(b"\n", 1)
-                line = line.decode(errors="replace")
-                if line.startswith(kind + " "):
-                    return json.loads(line[len(kind) + 1:])
-            ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
-            chunk = os.read(fd, 1 << 16) if ready else b""
-            if not chunk:
-                break
-            self.buffer += chunk
-        timed_out = self.proc.poll() is None
-        self.proc.kill()
-        self.proc.wait()
-        self.stderr.seek(0)
-        lines = self.stderr.read().strip().splitlines() or ["died"]
-        self.error = f"timed out after {self.timeout:.0f} s" if timed_out else lines[-1][-300:]
-        return None
-
-    def run(self):
-        if self.error:
-            return
-        self.proc.stdin.write(b"run\n")
-        reply = self._read("TIMES")
-        if reply is not None:
-            self.result["times"].append(reply["times"])
-            self.result["cpu_s"].append(reply["cpu_s"])
-            self.result["losses"].append(reply["loss"])
-
-    def close(self):
-        if self.error:
-            return
-        self.proc.stdin.write(b"quit\n")
-        done = self._read("DONE")
-        if done is not None:
-            self.result.update(done)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
 def label(config):
     if config["impl"] == "keras":
         return f"ours {config['backend']}"
@@ -289,46 +203,50 @@ def configurations(args, model, batch):
 
 
 def summarise(result, batch):
-    rounds = [batch * len(t) / sum(t) for t in result["times"]]
+    """Images/s of each round: median (best) of the rounds."""
+    rounds = sorted(batch * len(t) / sum(t) for t in result["times"])
     if not rounds:
         return None
-    rounds.sort()
-    return {"median": rounds[len(rounds) // 2] if len(rounds) % 2 else
-            (rounds[len(rounds) // 2 - 1] + rounds[len(rounds) // 2]) / 2,
-            "best": rounds[-1], "rounds": rounds}
+    median, best = harness.median_best(rounds, higher_is_better=True)
+    return {"median": median, "best": best, "rounds": rounds}
 
 
 def over_budget(args):
     return args.budget and time.monotonic() - args.started > args.budget
 
 
+def log(text):
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
 def run_group(args, model, batch):
-    configs = configurations(args, model, batch)
-    workers = []
-    for config in configs:
+    """The workers of one (model, batch), their rounds interleaved: rows."""
+    workers, ready = [], []
+    for config in configurations(args, model, batch):
         if over_budget(args):
-            print(f"  --budget spent: {label(config)} skipped", file=sys.stderr, flush=True)
+            log(f"--budget spent: {label(config)} skipped")
             continue
-        print(f"[{time.strftime('%H:%M:%S')}] {model} batch {batch}: starting {label(config)} "
-              f"jit={config['jit']}", file=sys.stderr, flush=True)
-        workers.append(Worker(config, args.timeout))
+        log(f"{model} batch {batch}: starting {label(config)} jit={config['jit']}")
+        workers.append(harness.Worker(os.path.abspath(__file__), config, timeout=args.timeout))
+        ready.append(workers[-1].read("READY") or {})
         if workers[-1].error:
-            print(f"  failed: {workers[-1].error}", file=sys.stderr, flush=True)
-    for r in range(args.repeats):
+            log(f"failed: {workers[-1].error}")
+
+    def stop(r):
         if r and over_budget(args):
-            print(f"  --budget spent: {r} rounds only", file=sys.stderr, flush=True)
-            break
-        live = [w for w in workers if not w.error]
-        shift = r % max(len(live), 1)
-        for w in live[shift:] + live[:shift]:
-            w.run()
-        print(f"[{time.strftime('%H:%M:%S')}] round {r + 1}/{args.repeats} done",
-              file=sys.stderr, flush=True)
+            log(f"--budget spent: {r} rounds only")
+            return True
+        return False
+
+    rounds = harness.run_rounds(workers, args.repeats, stop=stop, log=log)
     rows = []
-    for w in workers:
-        w.close()
-        rows.append({**w.config, **w.result, "error": w.error,
-                     "images_per_s": summarise(w.result, batch)})
+    for w, first, replies in zip(workers, ready, rounds):
+        result = {**first, "times": [t["times"] for t in replies],
+                  "cpu_s": [t["cpu_s"] for t in replies],
+                  "losses": [t["last"] for t in replies]}
+        result.update(w.close() or {})
+        rows.append({**w.config, **result, "error": w.error,
+                     "images_per_s": summarise(result, batch)})
     add_ratios(rows)
     return rows
 
