@@ -11,19 +11,23 @@ launcher, plain `model.fit`). Each trains `EfficientCapsNet()` (MNIST
 sized) with Adam on random in-memory global batches of `--batch` images,
 `--warmup` steps untimed, then `--steps` timed; process 0 reports the
 global images/s; the runs of each backend alternate between the process
-counts for `--repeats` rounds, and the median is reported. The CPU threads are split over the processes
-(cores / processes each; `--threads` sets it). TensorFlow runs without XLA on both sides (the
-multi-worker step is a `tf.function`), JAX jitted, torch eager.
+counts for `--repeats` rounds, and the median is reported (the convention
+of benchmarks/harness.py; the processes of one run train together, so they
+are started here, not as harness workers). The CPU threads are split over
+the processes (cores / processes each; `--threads` sets it). TensorFlow
+runs without XLA on both sides (the multi-worker step is a `tf.function`),
+JAX jitted, torch eager.
 """
 
 import argparse
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import time
+
+import harness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -132,7 +136,7 @@ def main():
         for _ in range(args.repeats):
             for n in counts:
                 runs[n].append(measure(backend, n, args)["images_per_second"])
-        rates = {n: statistics.median(r) for n, r in runs.items()}
+        rates = {n: harness.median_best(r, higher_is_better=True)[0] for n, r in runs.items()}
         for n in counts:
             print(f"{backend:10s} {n} process(es): {rates[n]:7.1f} images/s "
                   f"(runs: {', '.join(f'{r:.1f}' for r in runs[n])})"
