@@ -122,7 +122,7 @@ class Worker:
     """
 
     def __init__(self, script, config, env=None, stderr="keep", timeout=None):
-        self.config, self.error = config, None
+        self.config, self.error, self.stderr_tail = config, None, ""
         self.timeout = timeout if timeout else float("inf")
         self.buffer = b""
         # Several workers may live at once: JAX must not take 75% of a GPU each.
@@ -188,6 +188,8 @@ class Worker:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        if self.stderr is not None:
+            self.stderr.close()
         return done
 
 
@@ -198,7 +200,7 @@ def measure(script, config, env=None, stderr="keep"):
     worker = Worker(script, config, env=env, stderr=stderr)
     result = worker.read("RESULT")
     worker.close(quit=False)
-    if result is None and getattr(worker, "stderr_tail", None):
+    if result is None and worker.stderr_tail:
         print(worker.stderr_tail, file=sys.stderr)
     return result, worker.error
 
