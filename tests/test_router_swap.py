@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import keras_capsules as kc
-from tests.test_capsnet import sabour_capsnet
+from tests.test_sabour_capsnet import sabour_capsnet
 
 # name -> router factory; a new router joins the test with one line.
 ROUTERS = {

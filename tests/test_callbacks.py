@@ -101,7 +101,7 @@ else:
     assert len(devices) == 2, devices
     keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
     scope = None
-from tests.test_spread_loss import check_scheduler_in_fit
+from tests.test_callbacks import check_scheduler_in_fit
 check_scheduler_in_fit(scope, jit_compile=sys.argv[1] == "jax")  # TF: no XLA on mirrored vars
 """
 
