@@ -39,11 +39,6 @@ def _float32_policy():
     keras.config.set_dtype_policy("float32")
 
 
-def jit_compile_for_backend():
-    """`jit_compile` as `model.fit` tests use it: XLA on TF and JAX."""
-    return BACKEND in ("tensorflow", "jax")
-
-
 def real_mnist_dir():
     """TFDS data dir holding prepared mnist, or None."""
     data_dir = os.environ.get("TFDS_DATA_DIR")

@@ -1,4 +1,8 @@
-"""A project TestCase built on Keras's public API only.
+"""Shared test helpers and a project TestCase, on Keras's public API only.
+
+Helpers: `to_numpy`, `gradients` (input gradients with the current
+backend's autodiff; test-only code: the library never imports a backend,
+tests may) and `jit_compile_for_backend` (the `jit_compile` choice).
 
 `LayerTestCase.run_layer_test` runs the checks every public layer must pass
 on the current backend: eager and symbolic (None batch) output shapes,
@@ -14,12 +18,71 @@ import tempfile
 import keras
 import numpy as np
 
-from tests.conftest import jit_compile_for_backend
-
+BACKEND = keras.backend.backend()
 MIXED_POLICIES = ("mixed_float16", "mixed_bfloat16")
 
 
-def _as_list(x):
+def jit_compile_for_backend(xla_on_tensorflow=True):
+    """`jit_compile` as `model.fit` tests use it: XLA on TF and JAX.
+
+    `xla_on_tensorflow=False`: JAX only, for models whose XLA compilation
+    on TensorFlow costs tens of seconds to minutes and whose layers' XLA
+    train steps the layer tests already run (JAX stays jitted: op by op
+    it is slower than compiling)."""
+    return BACKEND == "jax" or (xla_on_tensorflow and BACKEND == "tensorflow")
+
+
+def to_numpy(x):
+    return np.asarray(keras.ops.convert_to_numpy(x), dtype=np.float64)
+
+
+def gradients(loss_fn, tensors, diff):
+    """Gradients of the scalar `loss_fn(tensors)` w.r.t. `tensors[k]`, k in diff.
+
+    Unconnected inputs get zero gradients.
+    """
+    return _GRADS[BACKEND](loss_fn, dict(tensors), tuple(diff))
+
+
+def _tf_grads(loss_fn, tensors, diff):
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        for k in diff:
+            tape.watch(tensors[k])
+        loss = loss_fn(tensors)
+    grads = tape.gradient(loss, [tensors[k] for k in diff])
+    return {k: tf.zeros_like(tensors[k]) if g is None else g for k, g in zip(diff, grads)}
+
+
+def _torch_grads(loss_fn, tensors, diff):
+    import torch
+
+    for k in diff:
+        tensors[k] = tensors[k].detach().clone().requires_grad_(True)
+    loss = loss_fn(tensors)
+    grads = torch.autograd.grad(loss, [tensors[k] for k in diff], allow_unused=True)
+    return {
+        k: torch.zeros_like(tensors[k]) if g is None else g.detach()
+        for k, g in zip(diff, grads)
+    }
+
+
+def _jax_grads(loss_fn, tensors, diff):
+    import jax
+
+    def f(diff_values):
+        return loss_fn({**tensors, **diff_values})
+
+    # Jitted: one XLA program per call instead of one compile per primitive
+    # and shape (the JAX parity worker: 286 s -> 179 s).
+    return jax.jit(jax.grad(f))({k: tensors[k] for k in diff})
+
+
+_GRADS = {"tensorflow": _tf_grads, "torch": _torch_grads, "jax": _jax_grads}
+
+
+def as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
@@ -48,13 +111,13 @@ class LayerTestCase:
         `expected_output_shape`: a shape, or a tuple of shapes, with the
         batch size of `input_data`."""
         call_kwargs = call_kwargs or {}
-        inputs = _as_list(input_data)
+        inputs = as_list(input_data)
         multi_input = isinstance(input_data, (list, tuple))
         expected = _shape_list(expected_output_shape)
 
         # Eager call and compute_output_shape.
         layer = layer_cls(**init_kwargs)
-        outputs = _as_list(layer(input_data if multi_input else inputs[0], **call_kwargs))
+        outputs = as_list(layer(input_data if multi_input else inputs[0], **call_kwargs))
         assert [tuple(o.shape) for o in outputs] == expected
         computed = _shape_list(
             layer.compute_output_shape(
@@ -71,7 +134,7 @@ class LayerTestCase:
 
         # Symbolic build with a None batch, then save / load.
         model = self._functional_model(layer_cls, init_kwargs, inputs, multi_input, call_kwargs)
-        for out, shape in zip(_as_list(model.outputs), expected):
+        for out, shape in zip(as_list(model.outputs), expected):
             assert tuple(out.shape) == (None, *shape[1:]), (out.shape, shape)
         self._check_save_load(model, inputs)
 
@@ -82,7 +145,7 @@ class LayerTestCase:
                 mixed = self._functional_model(
                     layer_cls, {**init_kwargs, "dtype": policy}, inputs, multi_input, call_kwargs
                 )
-                for p in _as_list(mixed(inputs)):
+                for p in as_list(mixed(inputs)):
                     assert keras.backend.standardize_dtype(p.dtype) == policy.split("_")[1]
                     p = keras.ops.convert_to_numpy(keras.ops.cast(p, "float32"))
                     assert np.all(np.isfinite(p)), policy
@@ -99,18 +162,18 @@ class LayerTestCase:
 
     def _check_save_load(self, model, inputs):
         # Eager calls: a compiled predict per model would dominate test time.
-        expected = [keras.ops.convert_to_numpy(o) for o in _as_list(model(inputs))]
+        expected = [keras.ops.convert_to_numpy(o) for o in as_list(model(inputs))]
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "model.keras")
             model.save(path)
             loaded = keras.saving.load_model(path, safe_mode=True)
-        actual = [keras.ops.convert_to_numpy(o) for o in _as_list(loaded(inputs))]
+        actual = [keras.ops.convert_to_numpy(o) for o in as_list(loaded(inputs))]
         for a, e in zip(actual, expected):
             np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-6)
 
     def _check_train_step(self, model, inputs, jit_compile=None):
         batch = len(inputs[0])
-        targets = [np.zeros((batch, *o.shape[1:]), "float32") for o in _as_list(model.outputs)]
+        targets = [np.zeros((batch, *o.shape[1:]), "float32") for o in as_list(model.outputs)]
         model.compile(
             optimizer=keras.optimizers.SGD(0.01),
             loss=["mse"] * len(targets),

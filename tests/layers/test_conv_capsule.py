@@ -7,8 +7,7 @@ import pytest
 import keras_capsules
 from keras_capsules.layers import Capsule, ConvCapsule1D, ConvCapsule2D
 from keras_capsules.routing import DynamicRouting, EMRouting
-from tests.parity.backend_grad import to_numpy
-from tests.test_case import LayerTestCase
+from tests.test_case import LayerTestCase, to_numpy
 
 RNG = np.random.default_rng(0)
 GRID = RNG.normal(size=(2, 5, 5, 2, 3)).astype("float32")
