@@ -6,10 +6,12 @@ tests may) and `jit_compile_for_backend` (the `jit_compile` choice).
 
 `LayerTestCase.run_layer_test` runs the checks every public layer must pass
 on the current backend: eager and symbolic (None batch) output shapes,
-`compute_output_shape`, registration, `get_config`/`from_config`, a `.keras`
+`compute_output_shape`, the number of trainable and non-trainable weights
+and their dtype, registration, `get_config`/`from_config`, a `.keras`
 save/load round trip with `safe_mode=True` and identical predictions, a
 `train_on_batch` step (jit-compiled on TF and JAX) with finite loss and
-weights, and the same under the mixed_float16 and mixed_bfloat16 policies.
+weights, and the same under the mixed_float16 and mixed_bfloat16 policies
+(half-precision outputs, float32 weights).
 """
 
 import os
@@ -105,11 +107,17 @@ class LayerTestCase:
         call_kwargs=None,
         run_training_check=True,
         run_mixed_precision_check=True,
+        *,
+        expected_num_trainable_weights,
+        expected_num_non_trainable_weights,
     ):
         """`input_data`: an array or a list of arrays (the layer's inputs,
         passed as one list argument when there are several).
         `expected_output_shape`: a shape, or a tuple of shapes, with the
-        batch size of `input_data`."""
+        batch size of `input_data`. `expected_num_*_weights`: counted on
+        the built layer, its router's weights included, under every policy
+        the test runs."""
+        expected_counts = (expected_num_trainable_weights, expected_num_non_trainable_weights)
         call_kwargs = call_kwargs or {}
         inputs = as_list(input_data)
         multi_input = isinstance(input_data, (list, tuple))
@@ -125,6 +133,7 @@ class LayerTestCase:
             )
         )
         assert computed == expected, (computed, expected)
+        _check_weights(layer, expected_counts)
 
         # Registration and config round trip.
         name = keras.saving.get_registered_name(layer_cls)
@@ -133,7 +142,10 @@ class LayerTestCase:
         assert layer_cls.from_config(config).get_config() == config
 
         # Symbolic build with a None batch, then save / load.
-        model = self._functional_model(layer_cls, init_kwargs, inputs, multi_input, call_kwargs)
+        model, symbolic_layer = self._functional_model(
+            layer_cls, init_kwargs, inputs, multi_input, call_kwargs
+        )
+        _check_weights(symbolic_layer, expected_counts)
         for out, shape in zip(as_list(model.outputs), expected):
             assert tuple(out.shape) == (None, *shape[1:]), (out.shape, shape)
         self._check_save_load(model, inputs)
@@ -142,9 +154,11 @@ class LayerTestCase:
             self._check_train_step(model, inputs)
         if run_mixed_precision_check:
             for policy in MIXED_POLICIES:
-                mixed = self._functional_model(
+                mixed, mixed_layer = self._functional_model(
                     layer_cls, {**init_kwargs, "dtype": policy}, inputs, multi_input, call_kwargs
                 )
+                assert mixed_layer.dtype_policy.name == policy, mixed_layer.dtype_policy
+                _check_weights(mixed_layer, expected_counts)
                 for p in as_list(mixed(inputs)):
                     assert keras.backend.standardize_dtype(p.dtype) == policy.split("_")[1]
                     p = keras.ops.convert_to_numpy(keras.ops.cast(p, "float32"))
@@ -158,7 +172,7 @@ class LayerTestCase:
         symbolic = [keras.Input(x.shape[1:], dtype=_dtype_of(x)) for x in inputs]
         layer = layer_cls(**init_kwargs)
         outputs = layer(symbolic if multi_input else symbolic[0], **call_kwargs)
-        return keras.Model(symbolic, outputs)
+        return keras.Model(symbolic, outputs), layer
 
     def _check_save_load(self, model, inputs):
         # Eager calls: a compiled predict per model would dominate test time.
@@ -167,6 +181,8 @@ class LayerTestCase:
             path = os.path.join(tmp, "model.keras")
             model.save(path)
             loaded = keras.saving.load_model(path, safe_mode=True)
+        assert (len(loaded.trainable_weights), len(loaded.non_trainable_weights)) == (
+            len(model.trainable_weights), len(model.non_trainable_weights))
         actual = [keras.ops.convert_to_numpy(o) for o in as_list(loaded(inputs))]
         for a, e in zip(actual, expected):
             np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-6)
@@ -183,6 +199,19 @@ class LayerTestCase:
         assert np.all(np.isfinite(loss)), loss
         for w in model.weights:
             assert np.all(np.isfinite(keras.ops.convert_to_numpy(w.value).astype("float32"))), w.path
+
+
+def _check_weights(layer, expected_counts):
+    """Weight counts, and float32 weights: under the mixed policies only the
+    computation runs in half precision (the variables, and so the optimizer
+    updates, stay float32)."""
+    counts = (len(layer.trainable_weights), len(layer.non_trainable_weights))
+    assert counts == expected_counts, (
+        f"{layer.name}: (trainable, non-trainable) weights {counts}, expected {expected_counts}: "
+        f"{[w.path for w in layer.weights]}"
+    )
+    for w in layer.weights:
+        assert keras.backend.standardize_dtype(w.dtype) == "float32", (w.path, w.dtype)
 
 
 def _dtype_of(x):

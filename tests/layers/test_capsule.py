@@ -18,12 +18,14 @@ class TestCapsule(LayerTestCase):
     def test_layer(self, share_weights):
         self.run_layer_test(
             Capsule, {"num_capsules": 3, "capsule_dim": 5, "share_weights": share_weights},
-            POSES, (2, 3, 5))
+            POSES, (2, 3, 5),
+            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0)
 
     def test_with_activations(self):
         self.run_layer_test(
             Capsule, {"num_capsules": 3, "capsule_dim": 5, "return_activations": True},
-            [POSES, ACTIVATIONS], ((2, 3, 5), (2, 3)), run_mixed_precision_check=False)
+            [POSES, ACTIVATIONS], ((2, 3, 5), (2, 3)), run_mixed_precision_check=False,
+            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0)
 
     def test_custom_router_round_trips(self):
         router = keras_capsules.routing.DynamicRouting(iterations=1, agreement="cosine")

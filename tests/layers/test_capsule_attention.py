@@ -15,6 +15,7 @@ class TestCapsuleAttention(LayerTestCase):
         self.run_layer_test(
             CapsuleAttention, {"num_heads": 2, "top_k": 2, "window_size": 3}, CAPSULES,
             (2, 6, 8),
+            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0,
         )
 
     def test_return_attention_scores(self):
@@ -29,6 +30,7 @@ class TestCapsuleAttention(LayerTestCase):
         self.run_layer_test(
             CapsuleAttention, {"num_heads": 4, "squash_output": True}, CAPSULES, (2, 6, 8),
             run_mixed_precision_check=False,
+            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0,
         )
 
     @pytest.mark.parametrize("top_k, window_size", ((None, 3), (2, None), (2, 5)))

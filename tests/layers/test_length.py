@@ -10,7 +10,8 @@ POSES = np.random.default_rng(0).normal(size=(2, 6, 4)).astype("float32")
 
 class TestLength(LayerTestCase):
     def test_layer(self):
-        self.run_layer_test(Length, {}, POSES, (2, 6))
+        self.run_layer_test(Length, {}, POSES, (2, 6),
+                            expected_num_trainable_weights=0, expected_num_non_trainable_weights=0)
 
     def test_values(self):
         expected = np.sqrt((POSES ** 2).sum(-1) + 1e-7)

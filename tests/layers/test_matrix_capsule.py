@@ -21,13 +21,15 @@ EM2 = keras.saving.serialize_keras_object(EMRouting(iterations=2))
 class TestPrimaryMatrixCapsule(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(PrimaryMatrixCapsule, {"num_capsules": 3, "kernel_size": 2},
-                            IMAGES, ((2, 4, 4, 3, 16), (2, 4, 4, 3)))
+                            IMAGES, ((2, 4, 4, 3, 16), (2, 4, 4, 3)),
+                            expected_num_trainable_weights=4, expected_num_non_trainable_weights=0)
 
     def test_layer_strided_as_slices_and_matmul(self):
         self.run_layer_test(
             PrimaryMatrixCapsule,
             {"num_capsules": 3, "kernel_size": 2, "strides": 2, "implementation": "matmul"},
-            IMAGES, ((2, 2, 2, 3, 16), (2, 2, 2, 3)))
+            IMAGES, ((2, 2, 2, 3, 16), (2, 2, 2, 3)),
+            expected_num_trainable_weights=4, expected_num_non_trainable_weights=0)
 
     def test_pose_shape_strides_padding(self):
         poses, activations = PrimaryMatrixCapsule(2, 3, strides=2, padding="same",
@@ -51,7 +53,8 @@ class TestConvMatrixCapsule(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(
             ConvMatrixCapsule, {"num_capsules": 3, "kernel_size": 3, "strides": 2, "router": EM2},
-            [POSES, GRID_ACTIVATIONS], ((2, 1, 1, 3, 16), (2, 1, 1, 3)))
+            [POSES, GRID_ACTIVATIONS], ((2, 1, 1, 3, 16), (2, 1, 1, 3)),
+            expected_num_trainable_weights=3, expected_num_non_trainable_weights=0)
 
     def test_votes_are_pose_times_transform(self):
         """A 1x1 kernel and one EM iteration: parent pose = activation-weighted
@@ -87,7 +90,8 @@ class TestConvMatrixCapsule(LayerTestCase):
 class TestClassMatrixCapsule(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(ClassMatrixCapsule, {"num_classes": 3, "router": EM2},
-                            [POSES, GRID_ACTIVATIONS], ((2, 3, 16), (2, 3)))
+                            [POSES, GRID_ACTIVATIONS], ((2, 3, 16), (2, 3)),
+                            expected_num_trainable_weights=3, expected_num_non_trainable_weights=0)
 
     @pytest.mark.parametrize("coordinate_addition", (True, False))
     def test_coordinate_addition(self, coordinate_addition):

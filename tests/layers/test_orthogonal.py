@@ -17,6 +17,7 @@ class TestOrthogonalCapsule(LayerTestCase):
         self.run_layer_test(
             Capsule, {"num_capsules": 3, "capsule_dim": 4, "orthogonal": True},
             CAPSULES[..., :5], (2, 3, 4),
+            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0,
         )
 
     @pytest.mark.parametrize("in_dim, capsule_dim, share", ((5, 8, False), (8, 4, True)))
@@ -54,6 +55,7 @@ class TestOrthogonalConvCapsule(LayerTestCase):
             ConvCapsule2D, {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 2,
                             "strides": 2, "orthogonal": True},
             grid, (2, 2, 2, 2, 4), run_mixed_precision_check=False,
+            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0,
         )
 
     def test_transforms_stay_orthonormal_while_training(self):

@@ -14,7 +14,8 @@ class TestPrimaryCapsule(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(
             PrimaryCapsule, {"num_capsules": 4, "capsule_dim": 5, "kernel_size": 3,
-                             "strides": 2}, IMAGES, (2, 4 * 4 * 4, 5))
+                             "strides": 2}, IMAGES, (2, 4 * 4 * 4, 5),
+            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0)
 
     def test_same_padding_no_squash(self):
         layer = PrimaryCapsule(2, 3, 3, padding="same", squash=False)

@@ -14,7 +14,8 @@ class TestStridedConv2D(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(
             StridedConv2D, {"filters": 4, "kernel_size": 3, "strides": 2, "activation": "relu",
-                            "implementation": "matmul"}, IMAGES, (2, 4, 4, 4))
+                            "implementation": "matmul"}, IMAGES, (2, 4, 4, 4),
+            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0)
 
     def test_implementations_agree_with_keras_conv2d(self):
         reference = keras.layers.Conv2D(4, 3, strides=2, padding="same")

@@ -14,7 +14,8 @@ ACTIVATIONS = RNG.uniform(0.1, 0.9, size=(2, 6)).astype("float32")
 
 class TestEMRouting(LayerTestCase):
     def test_layer(self):
-        self.run_layer_test(EMRouting, {"iterations": 2}, VOTES, ((2, 3, 16), (2, 3)))
+        self.run_layer_test(EMRouting, {"iterations": 2}, VOTES, ((2, 3, 16), (2, 3)),
+                            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0)
 
     def test_activations_and_coefficients(self):
         router = EMRouting()

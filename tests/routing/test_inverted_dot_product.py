@@ -14,6 +14,7 @@ class TestInvertedDotProductRouting(LayerTestCase):
         self.run_layer_test(
             InvertedDotProductRouting, {"iterations": 2, "temperature": 0.5}, VOTES,
             ((2, 3, 4), (2, 3)),
+            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0,
         )
 
     def test_poses_are_layer_normalised_at_init(self):

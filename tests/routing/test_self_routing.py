@@ -15,7 +15,8 @@ VOTES = RNG.normal(size=(2, 6, 3, 4)).astype("float32")
 class TestSelfRouting(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(
-            SelfRouting, {}, VOTES, ((2, 3, 4), (2, 3)), run_mixed_precision_check=False
+            SelfRouting, {}, VOTES, ((2, 3, 4), (2, 3)), run_mixed_precision_check=False,
+            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0,
         )
 
     def test_with_activations_in_a_capsule_layer(self):
@@ -26,6 +27,7 @@ class TestSelfRouting(LayerTestCase):
              "router": keras.saving.serialize_keras_object(SelfRouting()),
                       "return_activations": True},
             [poses, activations], ((2, 3, 4), (2, 3)), run_mixed_precision_check=False,
+            expected_num_trainable_weights=3, expected_num_non_trainable_weights=0,
         )
 
     def test_uniform_at_init_and_finite_for_zero_activations(self):

@@ -15,6 +15,7 @@ class TestSparseAttentionRouting(LayerTestCase):
         self.run_layer_test(
             SparseAttentionRouting, {"top_k": top_k, "temperature": 4.0}, VOTES,
             ((2, 3, 4), (2, 3)), run_mixed_precision_check=top_k is None,
+            expected_num_trainable_weights=0, expected_num_non_trainable_weights=0,
         )
 
     @pytest.mark.parametrize("top_k", (None, 1, 2))
