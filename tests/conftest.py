@@ -24,7 +24,7 @@ except ImportError:
 import keras
 import pytest
 
-BACKEND = keras.backend.backend()
+from tests.test_case import BACKEND
 
 
 def pytest_report_header(config):

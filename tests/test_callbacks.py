@@ -11,8 +11,7 @@ import pytest
 
 from keras_capsules.callbacks import SpreadLossMarginScheduler
 from keras_capsules.losses import SpreadLoss
-from tests.conftest import BACKEND
-from tests.test_case import jit_compile_for_backend
+from tests.test_case import BACKEND, jit_compile_for_backend
 
 
 class _RecordLoss(keras.callbacks.Callback):
