@@ -24,7 +24,7 @@ except ImportError:
 import keras
 import pytest
 
-BACKEND = keras.backend.backend()
+from tests.test_case import BACKEND
 
 
 def pytest_report_header(config):
@@ -37,11 +37,6 @@ def _float32_policy():
     keras.config.set_dtype_policy("float32")
     yield
     keras.config.set_dtype_policy("float32")
-
-
-def jit_compile_for_backend():
-    """`jit_compile` as `model.fit` tests use it: XLA on TF and JAX."""
-    return BACKEND in ("tensorflow", "jax")
 
 
 def real_mnist_dir():

@@ -1,11 +1,17 @@
-"""A project TestCase built on Keras's public API only.
+"""Shared test helpers and a project TestCase, on Keras's public API only.
+
+Helpers: `to_numpy`, `gradients` (input gradients with the current
+backend's autodiff; test-only code: the library never imports a backend,
+tests may) and `jit_compile_for_backend` (the `jit_compile` choice).
 
 `LayerTestCase.run_layer_test` runs the checks every public layer must pass
 on the current backend: eager and symbolic (None batch) output shapes,
-`compute_output_shape`, registration, `get_config`/`from_config`, a `.keras`
+`compute_output_shape`, the number of trainable and non-trainable weights
+and their dtype, registration, `get_config`/`from_config`, a `.keras`
 save/load round trip with `safe_mode=True` and identical predictions, a
 `train_on_batch` step (jit-compiled on TF and JAX) with finite loss and
-weights, and the same under the mixed_float16 and mixed_bfloat16 policies.
+weights, and the same under the mixed_float16 and mixed_bfloat16 policies
+(half-precision outputs, float32 weights).
 """
 
 import os
@@ -14,12 +20,71 @@ import tempfile
 import keras
 import numpy as np
 
-from tests.conftest import jit_compile_for_backend
-
+BACKEND = keras.backend.backend()
 MIXED_POLICIES = ("mixed_float16", "mixed_bfloat16")
 
 
-def _as_list(x):
+def jit_compile_for_backend(xla_on_tensorflow=True):
+    """`jit_compile` as `model.fit` tests use it: XLA on TF and JAX.
+
+    `xla_on_tensorflow=False`: JAX only, for models whose XLA compilation
+    on TensorFlow costs tens of seconds to minutes and whose layers' XLA
+    train steps the layer tests already run (JAX stays jitted: op by op
+    it is slower than compiling)."""
+    return BACKEND == "jax" or (xla_on_tensorflow and BACKEND == "tensorflow")
+
+
+def to_numpy(x):
+    return np.asarray(keras.ops.convert_to_numpy(x), dtype=np.float64)
+
+
+def gradients(loss_fn, tensors, diff):
+    """Gradients of the scalar `loss_fn(tensors)` w.r.t. `tensors[k]`, k in diff.
+
+    Unconnected inputs get zero gradients.
+    """
+    return _GRADS[BACKEND](loss_fn, dict(tensors), tuple(diff))
+
+
+def _tf_grads(loss_fn, tensors, diff):
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        for k in diff:
+            tape.watch(tensors[k])
+        loss = loss_fn(tensors)
+    grads = tape.gradient(loss, [tensors[k] for k in diff])
+    return {k: tf.zeros_like(tensors[k]) if g is None else g for k, g in zip(diff, grads)}
+
+
+def _torch_grads(loss_fn, tensors, diff):
+    import torch
+
+    for k in diff:
+        tensors[k] = tensors[k].detach().clone().requires_grad_(True)
+    loss = loss_fn(tensors)
+    grads = torch.autograd.grad(loss, [tensors[k] for k in diff], allow_unused=True)
+    return {
+        k: torch.zeros_like(tensors[k]) if g is None else g.detach()
+        for k, g in zip(diff, grads)
+    }
+
+
+def _jax_grads(loss_fn, tensors, diff):
+    import jax
+
+    def f(diff_values):
+        return loss_fn({**tensors, **diff_values})
+
+    # Jitted: one XLA program per call instead of one compile per primitive
+    # and shape (the JAX parity worker: 286 s -> 179 s).
+    return jax.jit(jax.grad(f))({k: tensors[k] for k in diff})
+
+
+_GRADS = {"tensorflow": _tf_grads, "torch": _torch_grads, "jax": _jax_grads}
+
+
+def as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
@@ -42,19 +107,25 @@ class LayerTestCase:
         call_kwargs=None,
         run_training_check=True,
         run_mixed_precision_check=True,
+        *,
+        expected_num_trainable_weights,
+        expected_num_non_trainable_weights,
     ):
         """`input_data`: an array or a list of arrays (the layer's inputs,
         passed as one list argument when there are several).
         `expected_output_shape`: a shape, or a tuple of shapes, with the
-        batch size of `input_data`."""
+        batch size of `input_data`. `expected_num_*_weights`: counted on
+        the built layer, its router's weights included, under every policy
+        the test runs."""
+        expected_counts = (expected_num_trainable_weights, expected_num_non_trainable_weights)
         call_kwargs = call_kwargs or {}
-        inputs = _as_list(input_data)
+        inputs = as_list(input_data)
         multi_input = isinstance(input_data, (list, tuple))
         expected = _shape_list(expected_output_shape)
 
         # Eager call and compute_output_shape.
         layer = layer_cls(**init_kwargs)
-        outputs = _as_list(layer(input_data if multi_input else inputs[0], **call_kwargs))
+        outputs = as_list(layer(input_data if multi_input else inputs[0], **call_kwargs))
         assert [tuple(o.shape) for o in outputs] == expected
         computed = _shape_list(
             layer.compute_output_shape(
@@ -62,6 +133,7 @@ class LayerTestCase:
             )
         )
         assert computed == expected, (computed, expected)
+        _check_weights(layer, expected_counts)
 
         # Registration and config round trip.
         name = keras.saving.get_registered_name(layer_cls)
@@ -70,8 +142,11 @@ class LayerTestCase:
         assert layer_cls.from_config(config).get_config() == config
 
         # Symbolic build with a None batch, then save / load.
-        model = self._functional_model(layer_cls, init_kwargs, inputs, multi_input, call_kwargs)
-        for out, shape in zip(_as_list(model.outputs), expected):
+        model, symbolic_layer = self._functional_model(
+            layer_cls, init_kwargs, inputs, multi_input, call_kwargs
+        )
+        _check_weights(symbolic_layer, expected_counts)
+        for out, shape in zip(as_list(model.outputs), expected):
             assert tuple(out.shape) == (None, *shape[1:]), (out.shape, shape)
         self._check_save_load(model, inputs)
 
@@ -79,10 +154,12 @@ class LayerTestCase:
             self._check_train_step(model, inputs)
         if run_mixed_precision_check:
             for policy in MIXED_POLICIES:
-                mixed = self._functional_model(
+                mixed, mixed_layer = self._functional_model(
                     layer_cls, {**init_kwargs, "dtype": policy}, inputs, multi_input, call_kwargs
                 )
-                for p in _as_list(mixed(inputs)):
+                assert mixed_layer.dtype_policy.name == policy, mixed_layer.dtype_policy
+                _check_weights(mixed_layer, expected_counts)
+                for p in as_list(mixed(inputs)):
                     assert keras.backend.standardize_dtype(p.dtype) == policy.split("_")[1]
                     p = keras.ops.convert_to_numpy(keras.ops.cast(p, "float32"))
                     assert np.all(np.isfinite(p)), policy
@@ -95,22 +172,24 @@ class LayerTestCase:
         symbolic = [keras.Input(x.shape[1:], dtype=_dtype_of(x)) for x in inputs]
         layer = layer_cls(**init_kwargs)
         outputs = layer(symbolic if multi_input else symbolic[0], **call_kwargs)
-        return keras.Model(symbolic, outputs)
+        return keras.Model(symbolic, outputs), layer
 
     def _check_save_load(self, model, inputs):
         # Eager calls: a compiled predict per model would dominate test time.
-        expected = [keras.ops.convert_to_numpy(o) for o in _as_list(model(inputs))]
+        expected = [keras.ops.convert_to_numpy(o) for o in as_list(model(inputs))]
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "model.keras")
             model.save(path)
             loaded = keras.saving.load_model(path, safe_mode=True)
-        actual = [keras.ops.convert_to_numpy(o) for o in _as_list(loaded(inputs))]
+        assert (len(loaded.trainable_weights), len(loaded.non_trainable_weights)) == (
+            len(model.trainable_weights), len(model.non_trainable_weights))
+        actual = [keras.ops.convert_to_numpy(o) for o in as_list(loaded(inputs))]
         for a, e in zip(actual, expected):
             np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-6)
 
     def _check_train_step(self, model, inputs, jit_compile=None):
         batch = len(inputs[0])
-        targets = [np.zeros((batch, *o.shape[1:]), "float32") for o in _as_list(model.outputs)]
+        targets = [np.zeros((batch, *o.shape[1:]), "float32") for o in as_list(model.outputs)]
         model.compile(
             optimizer=keras.optimizers.SGD(0.01),
             loss=["mse"] * len(targets),
@@ -120,6 +199,19 @@ class LayerTestCase:
         assert np.all(np.isfinite(loss)), loss
         for w in model.weights:
             assert np.all(np.isfinite(keras.ops.convert_to_numpy(w.value).astype("float32"))), w.path
+
+
+def _check_weights(layer, expected_counts):
+    """Weight counts, and float32 weights: under the mixed policies only the
+    computation runs in half precision (the variables, and so the optimizer
+    updates, stay float32)."""
+    counts = (len(layer.trainable_weights), len(layer.non_trainable_weights))
+    assert counts == expected_counts, (
+        f"{layer.name}: (trainable, non-trainable) weights {counts}, expected {expected_counts}: "
+        f"{[w.path for w in layer.weights]}"
+    )
+    for w in layer.weights:
+        assert keras.backend.standardize_dtype(w.dtype) == "float32", (w.path, w.dtype)
 
 
 def _dtype_of(x):

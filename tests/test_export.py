@@ -66,7 +66,7 @@ def routers_model(names):
     return keras.Model(images, keras.ops.stack(scores, axis=1))
 
 
-# The sizes of tests/test_models.py and tests/test_matrix_capsnet.py, so JAX
+# The sizes of tests/models/test_base.py and test_matrix_capsnet.py, so JAX
 # finds their initializers in its compilation cache.
 MODELS = {
     "CapsNet": lambda: kc.CapsNet(

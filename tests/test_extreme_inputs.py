@@ -40,7 +40,7 @@ from keras_capsules.routing import (
     SelfRouting,
     SparseAttentionRouting,
 )
-from tests.parity.backend_grad import to_numpy
+from tests.test_case import as_list, to_numpy
 
 SCALES = (0.0, 1e4, 1e-8)
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -164,10 +164,6 @@ def _cotangent(shape):
     return np.cos(np.arange(np.prod(shape)) + 0.5).reshape(shape).astype("float32")
 
 
-def _as_list(x):
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
 def _assert_finite(arrays, what):
     for name, a in arrays:
         a = np.asarray(a, np.float64)
@@ -244,7 +240,7 @@ def test_outputs_gradients_and_step_are_finite(subject, policy):
             [t[f"w{i}"] for i in range(len(trainable))], non_trainable,
             [t[f"x{i}"] for i in range(len(inputs))], training=True,
         )
-        return _as_list(outputs)
+        return as_list(outputs)
 
     diff = [f"x{i}" for i, x in enumerate(inputs) if x.dtype == np.float32]
     diff += [f"w{i}" for i in range(len(trainable))]

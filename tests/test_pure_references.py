@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from keras_capsules.models import CapsNet
-from tests.parity.backend_grad import gradients
+from tests.test_case import gradients
 
 if keras.backend.backend() == "jax":
     pytest.skip("checked on the TensorFlow and torch backends (compile time)",

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import keras_capsules as kc
-from tests.test_capsnet import sabour_capsnet
+from tests.test_case import jit_compile_for_backend
+from tests.test_sabour_capsnet import sabour_capsnet
 
 # name -> router factory; a new router joins the test with one line.
 ROUTERS = {
@@ -32,7 +33,7 @@ def test_capsnet_trains_with_router(name):
         loss_weights=[1.0, 0.392],
         # XLA on TF costs ~40 s of compilation per model; every router's
         # XLA train step is already tested by its LayerTestCase test.
-        jit_compile=keras.backend.backend() == "jax",
+        jit_compile=jit_compile_for_backend(xla_on_tensorflow=False),
     )
     rng = np.random.default_rng(0)
     images = rng.uniform(size=(12, 20, 20, 1)).astype("float32")

@@ -9,13 +9,15 @@ import pytest
 
 import keras_capsules as kc
 from keras_capsules.models import MatrixCapsNet
+from tests.test_case import jit_compile_for_backend
 
 # One EM iteration keeps XLA compilation short; the layer tests route with 2.
 TINY = dict(A=4, B=2, C=2, D=2, iterations=1)
 # XLA on TF costs minutes of compilation even for the tiny net; the margin
-# inside XLA steps on TF is tested in test_spread_loss.py, the layers' XLA
-# train steps in test_matrix.py. JAX compiles (eager JAX compiles every op).
-JIT = keras.backend.backend() == "jax"
+# inside XLA steps on TF is tested in tests/test_callbacks.py, the layers'
+# XLA train steps in tests/layers/test_matrix_capsule.py. JAX compiles
+# (eager JAX compiles every op).
+JIT = jit_compile_for_backend(xla_on_tensorflow=False)
 
 
 def spread_loss(labels, activations, margin):

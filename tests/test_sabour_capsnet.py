@@ -4,7 +4,7 @@ import keras
 import numpy as np
 
 import keras_capsules as kc
-from tests.conftest import jit_compile_for_backend
+from tests.test_case import jit_compile_for_backend
 
 
 def sabour_capsnet(input_shape=(28, 28, 1), num_classes=10, conv_filters=256,

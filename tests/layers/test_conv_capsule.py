@@ -7,8 +7,7 @@ import pytest
 import keras_capsules
 from keras_capsules.layers import Capsule, ConvCapsule1D, ConvCapsule2D
 from keras_capsules.routing import DynamicRouting, EMRouting
-from tests.parity.backend_grad import to_numpy
-from tests.test_case import LayerTestCase
+from tests.test_case import LayerTestCase, to_numpy
 
 RNG = np.random.default_rng(0)
 GRID = RNG.normal(size=(2, 5, 5, 2, 3)).astype("float32")
@@ -24,7 +23,8 @@ class TestConvCapsule2D(LayerTestCase):
         self.run_layer_test(
             ConvCapsule2D, {"num_capsules": 3, "capsule_dim": 4, "kernel_size": 3,
                             "strides": 2, "padding": "same", "router": DYNAMIC2},
-            GRID, (2, 3, 3, 3, 4))
+            GRID, (2, 3, 3, 3, 4),
+            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0)
 
     def test_layer_with_activations_and_em(self):
         self.run_layer_test(
@@ -33,6 +33,7 @@ class TestConvCapsule2D(LayerTestCase):
              "router": EM2, "return_activations": True},
             [GRID, GRID_ACTIVATIONS], ((2, 4, 4, 3, 4), (2, 4, 4, 3)),
             run_mixed_precision_check=False,
+            expected_num_trainable_weights=3, expected_num_non_trainable_weights=0,
         )
 
     @pytest.mark.parametrize("padding, expected", [("valid", (2, 2)), ("same", (3, 3))])
@@ -97,7 +98,8 @@ class TestConvCapsule1D(LayerTestCase):
     def test_layer_on_a_plain_sequence(self):
         self.run_layer_test(
             ConvCapsule1D, {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 3,
-                            "strides": 2}, SEQUENCE, (2, 3, 2, 4))
+                            "strides": 2}, SEQUENCE, (2, 3, 2, 4),
+            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0)
 
     def test_layer_with_types_and_activations(self):
         x = RNG.normal(size=(2, 6, 2, 3)).astype("float32")
@@ -107,6 +109,7 @@ class TestConvCapsule1D(LayerTestCase):
             {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 2, "padding": "same",
              "router": EM2, "return_activations": True},
             [x, a], ((2, 6, 2, 4), (2, 6, 2)), run_mixed_precision_check=False,
+            expected_num_trainable_weights=3, expected_num_non_trainable_weights=0,
         )
 
     def test_plain_sequence_is_one_type(self):

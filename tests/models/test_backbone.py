@@ -10,7 +10,7 @@ import pytest
 
 import keras_capsules as kc
 from keras_capsules.models import BackboneCapsNet
-from tests.conftest import jit_compile_for_backend
+from tests.test_case import jit_compile_for_backend
 
 SHAPE = (12, 12, 3)
 
@@ -84,7 +84,7 @@ def test_mixed_precision(policy):
     images, labels = batch()
     scores = model(images)
     assert keras.backend.standardize_dtype(scores.dtype) == policy.split("_")[1]
-    model.compile(optimizer="adam", jit_compile=keras.backend.backend() == "jax")
+    model.compile(optimizer="adam", jit_compile=jit_compile_for_backend(xla_on_tensorflow=False))
     loss = model.fit(images, labels, batch_size=4, verbose=0).history["loss"]
     assert np.all(np.isfinite(loss))
     for w in model.weights:

@@ -1,4 +1,5 @@
-"""Model builders: sizes, the loss added in compute_loss, reconstruction, saving."""
+"""CapsuleClassifier, the base of CapsNet and EfficientCapsNet: the loss added in
+compute_loss, reconstruction, routing coefficients, fit and saving, argument checks."""
 
 import os
 import tempfile
@@ -9,7 +10,7 @@ import pytest
 
 import keras_capsules as kc
 from keras_capsules.models import CapsNet, EfficientCapsNet
-from tests.conftest import jit_compile_for_backend
+from tests.test_case import jit_compile_for_backend
 
 
 def tiny_capsnet(**kwargs):
@@ -24,18 +25,6 @@ def tiny_efficient(**kwargs):
 def batch(shape, classes=3, n=8, seed=0):
     rng = np.random.default_rng(seed)
     return rng.uniform(size=(n, *shape)).astype("float32"), rng.integers(0, classes, n)
-
-
-def test_capsnet_paper_parameter_count():
-    model = CapsNet()
-    assert model.count_params() == 8_215_568
-    assert model.count_params() - model.decoder.count_params() == 6_804_224
-
-
-def test_efficient_capsnet_paper_parameter_count():
-    model = EfficientCapsNet()
-    assert model.count_encoder_params() == 161_824  # The paper's count.
-    assert model.count_params() == 161_824 + 576 + 1_411_344  # + BN stats + decoder.
 
 
 def test_loss_is_margin_plus_weighted_reconstruction():
@@ -96,18 +85,6 @@ def test_routing_coefficients_are_a_distribution_over_classes():
     c = keras.ops.convert_to_numpy(model.routing_coefficients(images))
     assert c.shape == (2, 2 * 2 * 2, 3)
     np.testing.assert_allclose(c.sum(-1), 1.0, rtol=1e-5)
-
-
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_precision_fit_has_finite_loss(policy):
-    keras.config.set_dtype_policy(policy)
-    model = tiny_efficient()
-    # Jitted on JAX (op by op takes 3x longer there: 52 s against 17 s);
-    # TensorFlow without XLA, the path its examples take (XLA + mixed: layer tests).
-    model.compile(optimizer="adam", jit_compile=keras.backend.backend() == "jax")
-    images, labels = batch(model.image_shape)
-    loss = model.fit(images, labels, batch_size=4, verbose=0).history["loss"]
-    assert np.all(np.isfinite(loss))
 
 
 def test_bad_arguments_raise_value_errors():

@@ -1,4 +1,4 @@
-"""SpreadLoss against its formula; the margin scheduler inside compiled fits."""
+"""SpreadLossMarginScheduler: the margin inside compiled fits, on one and two devices."""
 
 import contextlib
 import os
@@ -11,35 +11,7 @@ import pytest
 
 from keras_capsules.callbacks import SpreadLossMarginScheduler
 from keras_capsules.losses import SpreadLoss
-from tests.conftest import BACKEND, jit_compile_for_backend
-
-
-def _reference(y, a, margin):
-    target = (y * a).sum(-1, keepdims=True)
-    return ((1 - y) * np.maximum(0, margin - (target - a)) ** 2).sum(-1).mean()
-
-
-@pytest.mark.parametrize("margin", (0.2, 0.9))
-def test_values(margin):
-    rng = np.random.default_rng(0)
-    y = np.eye(5)[rng.integers(0, 5, size=8)]
-    a = rng.uniform(size=(8, 5))
-    loss = SpreadLoss(margin=margin)(y, a.astype("float32"))
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(loss), _reference(y, a, margin),
-                               rtol=1e-5)
-
-
-def test_margin_is_a_non_trainable_variable_and_config_round_trips():
-    loss = SpreadLoss(margin=0.3)
-    assert isinstance(loss.margin, keras.Variable) and not loss.margin.trainable
-    y, a = np.eye(3)[[0, 2]], np.array([[0.5, 0.4, 0.1], [0.9, 0.1, 0.7]], "float32")
-    loss.margin.assign(0.6)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(loss(y, a)), _reference(y, a, 0.6),
-                               rtol=1e-5)
-    restored = SpreadLoss.from_config(loss.get_config())
-    assert restored.get_config() == loss.get_config()
-    assert float(keras.ops.convert_to_numpy(restored.margin)) == pytest.approx(0.6)
-    assert keras.saving.get_registered_name(SpreadLoss) == "keras_capsules>SpreadLoss"
+from tests.test_case import BACKEND, jit_compile_for_backend
 
 
 class _RecordLoss(keras.callbacks.Callback):
@@ -101,8 +73,10 @@ else:
     assert len(devices) == 2, devices
     keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
     scope = None
-from tests.test_spread_loss import check_scheduler_in_fit
-check_scheduler_in_fit(scope, jit_compile=sys.argv[1] == "jax")  # TF: no XLA on mirrored vars
+from tests.test_callbacks import check_scheduler_in_fit
+from tests.test_case import jit_compile_for_backend
+# TF: no XLA on mirrored variables.
+check_scheduler_in_fit(scope, jit_compile=jit_compile_for_backend(xla_on_tensorflow=False))
 """
 
 

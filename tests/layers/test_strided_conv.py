@@ -1,0 +1,36 @@
+"""StridedConv2D: its implementations against keras.layers.Conv2D."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_capsules.layers import StridedConv2D
+from tests.test_case import LayerTestCase, to_numpy
+
+IMAGES = np.random.default_rng(0).normal(size=(2, 9, 9, 3)).astype("float32")
+
+
+class TestStridedConv2D(LayerTestCase):
+    def test_layer(self):
+        self.run_layer_test(
+            StridedConv2D, {"filters": 4, "kernel_size": 3, "strides": 2, "activation": "relu",
+                            "implementation": "matmul"}, IMAGES, (2, 4, 4, 4),
+            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0)
+
+    def test_implementations_agree_with_keras_conv2d(self):
+        reference = keras.layers.Conv2D(4, 3, strides=2, padding="same")
+        expected = to_numpy(reference(IMAGES))
+        for implementation in ("auto", "conv", "matmul", "hybrid"):
+            layer = StridedConv2D(4, 3, strides=2, padding="same", implementation=implementation)
+            layer.build(IMAGES.shape)
+            layer.set_weights(reference.get_weights())
+            np.testing.assert_allclose(to_numpy(layer(IMAGES)), expected, rtol=1e-5, atol=1e-5)
+
+    def test_auto_falls_back_to_the_native_conv_where_matmul_does_not_apply(self):
+        layer = StridedConv2D(6, 3, strides=2, groups=3)
+        assert tuple(layer(IMAGES).shape) == (2, 4, 4, 6)
+        for implementation in ("matmul", "hybrid"):
+            with pytest.raises(ValueError, match="groups=3"):
+                StridedConv2D(6, 3, strides=2, groups=3, implementation=implementation)
+        with pytest.raises(ValueError, match="implementation='fft'"):
+            StridedConv2D(4, 3, implementation="fft")
