@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation
+from keras_capsules.layers._common import check_kernel_fits
 from keras_capsules.ops import squash
 from keras_capsules.validation import int_tuple, one_of, positive_int
 
@@ -77,12 +78,7 @@ class PrimaryCapsule(keras.layers.Layer):
                 "PrimaryCapsule expects images of shape (batch, height, width, "
                 f"channels). Received: input_shape={tuple(input_shape)}"
             )
-        spatial = self._output_spatial(input_shape)
-        if any(n is not None and n < 1 for n in spatial):
-            raise ValueError(
-                f"`kernel_size={self.kernel_size}` is larger than the input grid "
-                f"{tuple(input_shape[1:3])} with padding='valid'."
-            )
+        self._output_grid(input_shape)
         filters = self.num_capsules * self.capsule_dim
         self.kernel = self.add_weight(
             name="kernel",
@@ -101,19 +97,14 @@ class PrimaryCapsule(keras.layers.Layer):
         capsules = ops.reshape(y, (batch, -1, self.capsule_dim))
         return squash(capsules) if self.squash else capsules
 
-    def _output_spatial(self, input_shape):
-        out = []
-        for n, k, s in zip(input_shape[1:3], self.kernel_size, self.strides):
-            if n is None:
-                out.append(None)
-            elif self.padding == "same":
-                out.append(-(-n // s))
-            else:
-                out.append((n - k) // s + 1)
-        return out
+    def _output_grid(self, input_shape):
+        return check_kernel_fits(
+            "PrimaryCapsule", "input", input_shape[1:3], self.kernel_size,
+            self.strides, self.padding,
+        )
 
     def compute_output_shape(self, input_shape):
-        h, w = self._output_spatial(input_shape)
+        h, w = self._output_grid(input_shape)
         n = None if h is None or w is None else h * w * self.num_capsules
         return (input_shape[0], n, self.capsule_dim)
 
