@@ -91,7 +91,7 @@ class TestCapsule(LayerTestCase):
     @pytest.mark.parametrize(
         "kwargs, message",
         [({"num_capsules": 0}, "num_capsules=0"), ({"capsule_dim": 0}, "capsule_dim=0"),
-         ({"router": "dynamic"}, "router='dynamic'")],
+         ({"router": "dynamo"}, "router='dynamo'")],
     )
     def test_errors(self, kwargs, message):
         with pytest.raises(ValueError, match=message):

@@ -182,7 +182,7 @@ class TestClassMatrixCapsule(LayerTestCase):
         np.testing.assert_allclose(poses, expected, rtol=1e-5, atol=1e-6)
 
     def test_errors(self):
-        with pytest.raises(ValueError, match="num_classes=0"):
+        with pytest.raises(ValueError, match="num_capsules=0"):
             ClassMatrixCapsule(0)
         with pytest.raises(ValueError, match="poses.shape"):
             ClassMatrixCapsule(2)([keras.Input((4, 4, 2, 8)), keras.Input((4, 4, 2))])

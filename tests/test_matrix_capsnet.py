@@ -109,7 +109,7 @@ def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="iterations=0"):
         MatrixCapsNet(iterations=0)
     with pytest.raises(ValueError, match="router"):
-        MatrixCapsNet(router="em")
+        MatrixCapsNet(router="emm")
     with pytest.raises(ValueError, match="implementation='fft'"):
         MatrixCapsNet(implementation="fft")
     with pytest.raises(ValueError, match="margin=0"):

@@ -116,7 +116,7 @@ def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="num_classes"):
         CapsNet(num_classes=0)
     with pytest.raises(ValueError, match="router"):
-        CapsNet(router="dynamic")
+        CapsNet(router="dynamo")
     with pytest.raises(ValueError, match="input_shape"):
         EfficientCapsNet(input_shape=(28, 28))
 
