@@ -6,19 +6,18 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation
 from keras_capsules.layers._common import (
     POSE_SIZE,
     build_router,
     call_router,
-    check_kernel_fits,
     check_matrix_inputs,
     get_router,
     serialize_router,
 )
 from keras_capsules.layers.conv_capsule import WindowedCapsule
+from keras_capsules.layers.primary_capsule import PrimaryConvolution
 from keras_capsules.routing.em import EMRouting
-from keras_capsules.validation import int_tuple, one_of, pop_renamed, positive_int, renamed_config
+from keras_capsules.validation import int_tuple, pop_renamed, positive_int, renamed_config
 
 
 def pose_votes(matrices, kernel):
@@ -41,7 +40,7 @@ def pose_votes(matrices, kernel):
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class PrimaryMatrixCapsule(keras.layers.Layer):
+class PrimaryMatrixCapsule(PrimaryConvolution):
     """Primary matrix capsules: a pose conv and an activation conv.
 
     ```
@@ -89,23 +88,14 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
         implementation="auto",
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.num_capsules = positive_int(num_capsules, "num_capsules")
-        self.kernel_size = int_tuple(kernel_size, 2, "kernel_size")
-        self.strides = int_tuple(strides, 2, "strides")
-        self.padding = one_of(padding, ("valid", "same"), "padding")
+        super().__init__(
+            num_capsules, kernel_size, strides, padding, kernel_initializer,
+            bias_initializer, implementation, **kwargs,
+        )
         self.pose_shape = int_tuple(pose_shape, 2, "pose_shape")
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
 
     def build(self, input_shape):
-        if len(input_shape) != 4 or input_shape[-1] is None:
-            raise ValueError(
-                "PrimaryMatrixCapsule expects images of shape (batch, height, "
-                f"width, channels). Received: input_shape={tuple(input_shape)}"
-            )
-        self._output_grid(input_shape)
+        self._check_images(input_shape)
         pose_filters = self.num_capsules * math.prod(self.pose_shape)
         for name, filters in (("pose", pose_filters), ("activation", self.num_capsules)):
             setattr(self, f"{name}_kernel", self.add_weight(
@@ -120,19 +110,12 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
     def call(self, inputs):
         kernel = ops.concatenate([self.pose_kernel, self.activation_kernel], axis=-1)
         bias = ops.concatenate([self.pose_bias, self.activation_bias], axis=-1)
-        implementation = resolve_implementation(self.implementation, self.strides, inputs)
-        y = conv2d(inputs, kernel, self.strides, self.padding, implementation) + bias
+        y = self._conv(inputs, kernel, bias)
         pose_filters = self.num_capsules * math.prod(self.pose_shape)
         grid = (-1, *y.shape[1:3], self.num_capsules)
         poses = ops.reshape(y[..., :pose_filters], (*grid, math.prod(self.pose_shape)))
         activations = ops.sigmoid(y[..., pose_filters:])
         return [poses, activations]
-
-    def _output_grid(self, input_shape):
-        return check_kernel_fits(
-            "PrimaryMatrixCapsule", "input", input_shape[1:3], self.kernel_size,
-            self.strides, self.padding,
-        )
 
     def compute_output_shape(self, input_shape):
         grid = (input_shape[0], *self._output_grid(input_shape), self.num_capsules)
@@ -140,16 +123,7 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            num_capsules=self.num_capsules,
-            kernel_size=self.kernel_size,
-            strides=self.strides,
-            padding=self.padding,
-            pose_shape=self.pose_shape,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
-            implementation=self.implementation,
-        )
+        config.update(pose_shape=self.pose_shape)
         return config
 
 

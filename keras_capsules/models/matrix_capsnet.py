@@ -24,7 +24,7 @@ from keras_capsules.validation import (
     renamed_config,
 )
 
-# The paper's letters for the layer sizes, the arguments' names until 0.1.
+# The paper's letters for the layer sizes: the arguments' old names.
 _PAPER_NAMES = {
     "A": "conv_filters",
     "B": "primary_capsules",
