@@ -60,7 +60,7 @@ def add_arguments(parser):
 def build_model(args):
     shape = (args.image_size, args.image_size, 3)
     return BackboneCapsNet(BACKBONES[args.backbone](shape), 10,
-                           router=common.make_router(args.router),
+                           router=args.router,
                            reconstruction=args.reconstruction)
 
 

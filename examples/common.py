@@ -16,28 +16,11 @@ import time
 
 import keras  # Before tensorflow: torch and TF clash if TF loads first.
 
-import keras_capsules
-from keras_capsules import distribute
-from keras_capsules.routing import Router
+from keras_capsules import distribute, routing
 
 MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
 SMOKE_BATCH_SIZE = 4
 SMOKE_STEPS = 2
-
-
-def router_names():
-    """Snake-case names of the routers exported by `keras_capsules.routing`."""
-    names = {}
-    for attr in dir(keras_capsules.routing):
-        obj = getattr(keras_capsules.routing, attr)
-        if isinstance(obj, type) and issubclass(obj, Router) and obj is not Router:
-            snake = "".join("_" + c.lower() if c.isupper() else c for c in attr).lstrip("_")
-            names[snake.removesuffix("_routing")] = obj
-    return names
-
-
-def make_router(name):
-    return None if name is None else router_names()[name]()
 
 
 def parse_args(description, epochs, batch_size, routers=True, argv=None,
@@ -47,8 +30,9 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None,
     parser.add_argument("--batch-size", type=int, default=batch_size,
                         help="global batch size (split across devices with --distribute)")
     if routers:
-        parser.add_argument("--router", choices=sorted(router_names()), default=None,
-                            help="router of the class capsules (default: the paper's)")
+        parser.add_argument("--router", choices=routing.names(), default=None,
+                            help="router of the class capsules, by its keras_capsules.routing "
+                             "name (default: the paper's)")
     parser.add_argument("--data-dir", default=None,
                         help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
     parser.add_argument("--output-dir", default=None,

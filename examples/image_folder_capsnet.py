@@ -73,7 +73,7 @@ def build_model(args):
     channels = 1 if args.color_mode == "grayscale" else 3
     model = EfficientCapsNet if args.model == "efficient" else CapsNet
     return model((*args.image_size, channels), len(args.class_names),
-                 router=common.make_router(args.router))
+                 router=args.router)
 
 
 def make_optimizer(args, steps_per_epoch):

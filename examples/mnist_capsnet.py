@@ -36,7 +36,7 @@ from keras_capsules.models import CapsNet
 
 
 def build_model(args):
-    return CapsNet((28, 28, 1), 10, router=common.make_router(args.router))
+    return CapsNet((28, 28, 1), 10, router=args.router)
 
 
 def load_data(args, batch_size, drop_remainder=False):

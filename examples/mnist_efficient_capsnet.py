@@ -32,7 +32,7 @@ from keras_capsules.models import EfficientCapsNet
 
 
 def build_model(args):
-    return EfficientCapsNet((28, 28, 1), 10, router=common.make_router(args.router))
+    return EfficientCapsNet((28, 28, 1), 10, router=args.router)
 
 
 def load_data(args, batch_size, drop_remainder=False):

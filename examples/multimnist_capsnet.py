@@ -115,7 +115,7 @@ def add_arguments(parser):
 
 
 def build_model(args):
-    return MODELS[args.model]((SIZE, SIZE, 1), 10, router=common.make_router(args.router),
+    return MODELS[args.model]((SIZE, SIZE, 1), 10, router=args.router,
                               reconstruction_weight=RECONSTRUCTION_WEIGHT)
 
 

@@ -28,7 +28,7 @@ from keras_capsules.models import EfficientCapsNet
 
 def build_model(args):
     return EfficientCapsNet(
-        (32, 32, 2), len(data.SMALLNORB_CLASSES), router=common.make_router(args.router),
+        (32, 32, 2), len(data.SMALLNORB_CLASSES), router=args.router,
         decoder_activation="linear",
     )
 

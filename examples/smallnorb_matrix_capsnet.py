@@ -50,10 +50,12 @@ def add_arguments(parser):
 
 
 def build_model(args):
-    a, b, c, d = args.capsules
+    conv_filters, primary_capsules, conv_capsules1, conv_capsules2 = args.capsules
     return MatrixCapsNet(
-        (32, 32, 2), len(data.SMALLNORB_CLASSES), A=a, B=b, C=c, D=d,
-        iterations=args.iterations, router=common.make_router(args.router),
+        (32, 32, 2), len(data.SMALLNORB_CLASSES), conv_filters=conv_filters,
+        primary_capsules=primary_capsules, conv_capsules1=conv_capsules1,
+        conv_capsules2=conv_capsules2, iterations=args.iterations,
+        router=args.router,
     )
 
 

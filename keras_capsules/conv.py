@@ -10,7 +10,7 @@ except torch's CPU kernel gradient of a strided conv, which `"hybrid"`
 computes as one matmul on the patches instead.
 
 The same per-offset slices give the windows of the convolutional capsule
-layers (`keras_capsules.layers.windows.extract_windows`).
+layers (`extract_windows`).
 """
 
 import itertools
@@ -122,6 +122,11 @@ def window_output_size(size, kernel, stride, padding):
     return (size - kernel) // stride + 1
 
 
+def window_output_shape(spatial, kernel_size, strides, padding):
+    """`window_output_size` of every spatial axis, as a tuple."""
+    return tuple(window_output_size(*a, padding) for a in zip(spatial, kernel_size, strides))
+
+
 def window_slices(x, kernel_size, strides, padding):
     """`(batch, *grid, *rest)` -> `prod(kernel_size)` tensors `(batch,
     *out_grid, *rest)`, one per kernel offset in row-major order.
@@ -134,7 +139,7 @@ def window_slices(x, kernel_size, strides, padding):
     """
     rank = len(kernel_size)
     spatial = x.shape[1 : 1 + rank]
-    out = [window_output_size(*a, padding) for a in zip(spatial, kernel_size, strides)]
+    out = window_output_shape(spatial, kernel_size, strides, padding)
     if padding == "same":
         pads = []
         for n, k, s, o in zip(spatial, kernel_size, strides, out):
@@ -149,3 +154,14 @@ def window_slices(x, kernel_size, strides, padding):
         )
         slices.append(x[(slice(None), *index)])
     return slices
+
+
+def extract_windows(x, kernel_size, strides, padding):
+    """`(batch, *grid, *rest)` -> `(batch, *out_grid, prod(kernel_size), *rest)`.
+
+    Window `w` of output position `p` holds the inputs at `p * strides +
+    offset` (after padding), with the kernel offsets in row-major order:
+    the strided slices of `window_slices`, stacked.
+    """
+    slices = window_slices(x, kernel_size, strides, padding)
+    return ops.stack(slices, axis=1 + len(kernel_size))

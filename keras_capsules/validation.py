@@ -9,6 +9,7 @@ a float; `bool` is neither, as a flag passed by mistake is never a size.
 import math
 import numbers
 import operator
+import warnings
 
 
 def is_int(value):
@@ -91,3 +92,22 @@ def positive_float(value, name):
 def non_negative_float(value, name):
     """Returns `float(value)` if it is a finite number >= 0, else raises."""
     return finite_float(value, name, low=0.0, low_inclusive=True)
+
+
+def pop_renamed(kwargs, old, new, owner):
+    """The value given to `owner`'s deprecated keyword `old`, now `new`,
+    popped from `kwargs` with a `DeprecationWarning`; `None` if not given."""
+    if old not in kwargs:
+        return None
+    warnings.warn(
+        f"`{owner}({old}=...)` is deprecated; the argument is now `{new}`.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return kwargs.pop(old)
+
+
+def renamed_config(config, renames):
+    """`config` with its keys renamed by `renames` (`{old: new}`): configs
+    saved before an argument was renamed load without a warning."""
+    return {renames.get(key, key): value for key, value in config.items()}

@@ -46,7 +46,7 @@ def efficient_capsnet():
 
 
 def matrix_capsnet():
-    model = kc.MatrixCapsNet((24, 24, 1), 3, A=4, B=2, C=2, D=2, iterations=1)
+    model = kc.MatrixCapsNet((24, 24, 1), 3, conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1)
     return model, None
 
 

@@ -107,8 +107,10 @@ def test_missing_dataset_error_names_tfds_data_dir(tmp_path):
 
 
 def test_router_flag_lists_library_routers():
-    routers = example("common").router_names()
-    assert {"dynamic", "self_attention"} <= set(routers)
+    args = example("common").parse_args("test", 1, 1, argv=["--router", "self_attention"])
+    assert args.router == "self_attention"
+    with pytest.raises(SystemExit):
+        example("common").parse_args("test", 1, 1, argv=["--router", "dynamo"])
 
 
 @pytest.mark.real_mnist

@@ -73,7 +73,8 @@ MODELS = {
         (20, 20, 1), 3, conv_filters=8, primary_capsules=2, primary_dim=4,
         capsule_dim=4, decoder_units=(8,)),
     "EfficientCapsNet": lambda: kc.EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,)),
-    "MatrixCapsNet": lambda: kc.MatrixCapsNet(A=4, B=2, C=2, D=2, iterations=1),
+    "MatrixCapsNet": lambda: kc.MatrixCapsNet(conv_filters=4, primary_capsules=2, conv_capsules1=2,
+                                              conv_capsules2=2, iterations=1),
     "routers": lambda: routers_model(TOGETHER),
     **{f"router-{name}": (lambda name=name: routers_model([name])) for name in ALONE},
 }

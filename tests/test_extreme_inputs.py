@@ -127,7 +127,8 @@ def efficient_capsnet():
 
 
 def matrix_capsnet():
-    model = kc.MatrixCapsNet(A=4, B=2, C=2, D=2, iterations=1)
+    model = kc.MatrixCapsNet(conv_filters=4, primary_capsules=2, conv_capsules1=2,
+                             conv_capsules2=2, iterations=1)
     return model, [_uniform(32, 32, 2)]
 
 

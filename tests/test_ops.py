@@ -5,6 +5,7 @@ import keras
 import numpy as np
 import pytest
 
+import keras_capsules as kc
 from keras_capsules import ops as kc_ops
 from tests.reference import attention as ref
 from tests.reference import ops as ref_ops
@@ -161,3 +162,7 @@ def test_top_k_softmax_keeps_ties_and_zeros_the_rest():
     y = to_numpy(kc_ops.top_k_softmax(x, 2))
     np.testing.assert_allclose(y, ref.top_k_softmax(x.astype(float), 2), rtol=1e-6)
     assert list((y > 0).sum(-1)) == [3, 2] and np.all(y[:, 0] >= 0)
+
+
+def test_householder_orthogonal_stays_exported_from_layers():
+    assert kc.layers.householder_orthogonal is kc.ops.householder_orthogonal

@@ -3,8 +3,15 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers.orthogonal import householder_orthogonal
-from keras_capsules.routing.base import Router, check_activations_shape
+from keras_capsules.layers._common import (
+    build_router,
+    call_router,
+    get_router,
+    serialize_router,
+    split_capsule_inputs,
+)
+from keras_capsules.ops import householder_orthogonal
+from keras_capsules.routing.base import check_activations_shape
 from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.validation import positive_int
 
@@ -23,7 +30,7 @@ class Capsule(keras.layers.Layer):
     With `orthogonal=True` (OrthCaps) each transform is the top-left
     `in_dim x capsule_dim` block of a product of `n = max(in_dim,
     capsule_dim)` Householder reflections `I - 2 v v^T / (v^T v)` with
-    trainable `v` (`keras_capsules.layers.orthogonal.householder_orthogonal`):
+    trainable `v` (`keras_capsules.ops.householder_orthogonal`):
     its rows (or columns, when `in_dim > capsule_dim`) are exactly
     orthonormal at every step. The trainable weight is then `householder:
     (..., n, n)` instead of `kernel`; `transforms()` returns `W`.
@@ -36,7 +43,8 @@ class Capsule(keras.layers.Layer):
     Args:
         num_capsules: number of parent capsules.
         capsule_dim: dimension of each parent capsule.
-        router: a `keras_capsules.routing.Router`; default
+        router: a router, or its name or config (see
+            `keras_capsules.routing.get`): `"dynamic"`, `"em"`, ...; default
             `DynamicRouting()` (3 iterations, as in the paper).
         share_weights: one transform per parent shared by all children.
         kernel_initializer: initializer of `W`.
@@ -68,7 +76,7 @@ class Capsule(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.router = deserialize_router(router, dtype=self.dtype_policy)
+        self.router = get_router(router, DynamicRouting, self.dtype_policy)
         self.share_weights = bool(share_weights)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.return_activations = bool(return_activations)
@@ -109,10 +117,14 @@ class Capsule(keras.layers.Layer):
         poses, activations = split_capsule_inputs(inputs)
         if activations is not None:  # a built layer may get other activations
             check_activations_shape("Capsule", "poses", poses.shape, activations.shape)
-        equation = "bid,jde->bije" if self.share_weights else "bid,ijde->bije"
-        votes = ops.einsum(equation, poses, self.transforms())
-        poses, activations = route(self, votes, activations)
+        poses, activations = call_router(self, self.votes(poses), activations)
         return (poses, activations) if self.return_activations else poses
+
+    def votes(self, poses):
+        """The votes `(batch, in_caps, num_capsules, capsule_dim)` of child
+        poses `(batch, in_caps, in_dim)`: `poses[b, i] @ W[i, j]`."""
+        equation = "bid,jde->bije" if self.share_weights else "bid,ijde->bije"
+        return ops.einsum(equation, poses, self.transforms())
 
     def transforms(self):
         """The transforms `W`, `(in_caps, num_capsules, in_dim, capsule_dim)`
@@ -139,55 +151,3 @@ class Capsule(keras.layers.Layer):
             orthogonal=self.orthogonal,
         )
         return config
-
-
-def build_router(router, votes_shape, activations_shape):
-    """Builds `router` for votes of `votes_shape`; a router that is already
-    built (shared with another layer, or deserialised) is checked instead,
-    so that a size its weights do not fit fails here, at build time."""
-    if router.built:
-        router.check_inputs(votes_shape, activations_shape)
-    else:
-        router.build(votes_shape, activations_shape)
-
-
-def route(layer, votes, activations):
-    """`layer.router(votes, activations)`, cast to the layer's compute dtype
-    (the router may have its own policy; it routes in float32 under mixed
-    precision either way)."""
-    poses, activations = layer.router(votes, activations)
-    return ops.cast(poses, layer.compute_dtype), ops.cast(activations, layer.compute_dtype)
-
-
-def split_capsule_inputs(inputs):
-    """`poses` or `[poses, activations]` (tensors or shapes) -> the pair."""
-    if isinstance(inputs, (list, tuple)) and len(inputs) == 2 and not isinstance(
-        inputs[0], (int, type(None))
-    ):
-        return inputs[0], inputs[1]
-    return inputs, None
-
-
-def serialize_router(router):
-    """A router's config without its `build_config`: the capsule layer that
-    owns the router builds it, with the votes shape it computes."""
-    config = keras.saving.serialize_keras_object(router)
-    config.pop("build_config", None)
-    return config
-
-
-def deserialize_router(router, dtype=None, default=DynamicRouting):
-    """`None` -> `default(dtype=dtype)` (the owning layer's policy); a config
-    dict -> its router; checks the type."""
-    if router is None:
-        return default(dtype=dtype)
-    if isinstance(router, dict):
-        # Files saved before serialize_router dropped it may carry one.
-        router = {k: v for k, v in router.items() if k != "build_config"}
-        router = keras.saving.deserialize_keras_object(router)
-    if not isinstance(router, Router):
-        raise ValueError(
-            "`router` must be a keras_capsules.routing.Router instance. "
-            f"Received: router={router!r}"
-        )
-    return router

@@ -5,15 +5,16 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules.layers.capsule import (
+from keras_capsules.conv import extract_windows
+from keras_capsules.layers._common import (
     build_router,
-    deserialize_router,
-    route,
+    call_router,
+    check_grid,
+    get_router,
     serialize_router,
     split_capsule_inputs,
 )
-from keras_capsules.layers.orthogonal import householder_orthogonal
-from keras_capsules.layers.windows import check_grid, extract_windows
+from keras_capsules.ops import householder_orthogonal
 from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.validation import int_tuple, one_of, positive_int
 
@@ -27,20 +28,26 @@ class WindowedCapsule(keras.layers.Layer):
     offsets) to votes `(n, K * types, num_capsules, out_dim)`. This class
     extracts the windows, folds their positions into the batch axis, runs
     the router once on all of them and unfolds the result.
+
+    The weight, made from `kernel_initializer`, is the attribute (and weight)
+    named `_kernel_name`: `kernel`, or `householder` when it holds
+    Householder vectors (`ConvCapsule` with `orthogonal=True`).
     """
 
     rank = 2
     _kernel_name = "kernel"
 
     def __init__(
-        self, num_capsules, kernel_size, strides, padding, router, default_router, **kwargs
+        self, num_capsules, kernel_size, strides, padding, router, default_router,
+        kernel_initializer, **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
         self.kernel_size = int_tuple(kernel_size, self.rank, "kernel_size")
         self.strides = int_tuple(strides, self.rank, "strides")
         self.padding = one_of(padding, ("valid", "same"), "padding")
-        self.router = deserialize_router(router, self.dtype_policy, default_router)
+        self.router = get_router(router, default_router, self.dtype_policy)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     # Grid helpers -------------------------------------------------------
 
@@ -81,11 +88,11 @@ class WindowedCapsule(keras.layers.Layer):
         )
         types, in_dim = poses_shape[-2:]
         self.in_dim = in_dim
-        self.kernel = self.add_weight(
+        setattr(self, self._kernel_name, self.add_weight(
             name=self._kernel_name,
             shape=self._kernel_shape(types, in_dim),
             initializer=self.kernel_initializer,
-        )
+        ))
         votes_shape = self._votes_shape(types, self._out_dim(in_dim))
         # A router restored from a config arrives built (its build config
         # travels with it); building it twice would add its weights twice.
@@ -105,7 +112,7 @@ class WindowedCapsule(keras.layers.Layer):
                 activations, self.kernel_size, self.strides, self.padding
             )
             activations = ops.reshape(activations, (-1, k * types))
-        parent_poses, parent_activations = route(self, votes, activations)
+        parent_poses, parent_activations = call_router(self, votes, activations)
         grid = (-1, *self._out_grid, self.num_capsules)
         return (
             ops.reshape(parent_poses, (*grid, parent_poses.shape[-1])),
@@ -151,10 +158,10 @@ class ConvCapsule(WindowedCapsule):
         **kwargs,
     ):
         super().__init__(
-            num_capsules, kernel_size, strides, padding, router, DynamicRouting, **kwargs
+            num_capsules, kernel_size, strides, padding, router, DynamicRouting,
+            kernel_initializer, **kwargs,
         )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.return_activations = bool(return_activations)
         self.orthogonal = bool(orthogonal)
         # With orthogonal=True the weight holds Householder vectors.
@@ -171,7 +178,7 @@ class ConvCapsule(WindowedCapsule):
         capsule_dim)`; with `orthogonal=True` each is the top-left block of a
         product of Householder reflections (see `Capsule`)."""
         if self.orthogonal:
-            return householder_orthogonal(self.kernel, self.in_dim, self.capsule_dim)
+            return householder_orthogonal(self.householder, self.in_dim, self.capsule_dim)
         return self.kernel
 
     def _out_dim(self, in_dim):
@@ -237,7 +244,8 @@ class ConvCapsule2D(ConvCapsule):
         capsule_dim: dimension of each parent capsule.
         kernel_size, strides: int or pair.
         padding: `"valid"` or `"same"`.
-        router: a `keras_capsules.routing.Router`; default `DynamicRouting()`.
+        router: a router, or its name or config (`keras_capsules.routing.get`);
+            default `DynamicRouting()`.
         kernel_initializer: initializer of `W`.
         return_activations: also return the parent activations.
         orthogonal: parametrise each transform as the top-left block of a

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers.capsule import split_capsule_inputs
+from keras_capsules.layers._common import split_capsule_inputs
 from keras_capsules.ops import safe_norm
 
 

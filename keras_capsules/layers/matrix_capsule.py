@@ -6,18 +6,18 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation, window_output_size
-from keras_capsules.layers.capsule import (
+from keras_capsules.layers._common import (
+    POSE_SIZE,
     build_router,
-    deserialize_router,
-    route,
+    call_router,
+    check_matrix_inputs,
+    get_router,
     serialize_router,
 )
 from keras_capsules.layers.conv_capsule import WindowedCapsule
+from keras_capsules.layers.primary_capsule import PrimaryConvolution
 from keras_capsules.routing.em import EMRouting
-from keras_capsules.validation import int_tuple, one_of, positive_int
-
-POSE_SIZE = 16  # a 4x4 pose matrix, stored row-major
+from keras_capsules.validation import int_tuple, pop_renamed, positive_int, renamed_config
 
 
 def pose_votes(matrices, kernel):
@@ -40,7 +40,7 @@ def pose_votes(matrices, kernel):
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class PrimaryMatrixCapsule(keras.layers.Layer):
+class PrimaryMatrixCapsule(PrimaryConvolution):
     """Primary matrix capsules: a pose conv and an activation conv.
 
     ```
@@ -88,27 +88,14 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
         implementation="auto",
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.num_capsules = positive_int(num_capsules, "num_capsules")
-        self.kernel_size = int_tuple(kernel_size, 2, "kernel_size")
-        self.strides = int_tuple(strides, 2, "strides")
-        self.padding = one_of(padding, ("valid", "same"), "padding")
+        super().__init__(
+            num_capsules, kernel_size, strides, padding, kernel_initializer,
+            bias_initializer, implementation, **kwargs,
+        )
         self.pose_shape = int_tuple(pose_shape, 2, "pose_shape")
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
 
     def build(self, input_shape):
-        if len(input_shape) != 4 or input_shape[-1] is None:
-            raise ValueError(
-                "PrimaryMatrixCapsule expects images of shape (batch, height, "
-                f"width, channels). Received: input_shape={tuple(input_shape)}"
-            )
-        if any(n is not None and n < 1 for n in self._output_grid(input_shape)):
-            raise ValueError(
-                f"PrimaryMatrixCapsule: `kernel_size={self.kernel_size}` is larger "
-                f"than the input grid {tuple(input_shape[1:3])} with padding='valid'."
-            )
+        self._check_images(input_shape)
         pose_filters = self.num_capsules * math.prod(self.pose_shape)
         for name, filters in (("pose", pose_filters), ("activation", self.num_capsules)):
             setattr(self, f"{name}_kernel", self.add_weight(
@@ -123,19 +110,12 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
     def call(self, inputs):
         kernel = ops.concatenate([self.pose_kernel, self.activation_kernel], axis=-1)
         bias = ops.concatenate([self.pose_bias, self.activation_bias], axis=-1)
-        implementation = resolve_implementation(self.implementation, self.strides, inputs)
-        y = conv2d(inputs, kernel, self.strides, self.padding, implementation) + bias
+        y = self._conv(inputs, kernel, bias)
         pose_filters = self.num_capsules * math.prod(self.pose_shape)
         grid = (-1, *y.shape[1:3], self.num_capsules)
         poses = ops.reshape(y[..., :pose_filters], (*grid, math.prod(self.pose_shape)))
         activations = ops.sigmoid(y[..., pose_filters:])
         return [poses, activations]
-
-    def _output_grid(self, input_shape):
-        return [
-            window_output_size(n, k, s, self.padding)
-            for n, k, s in zip(input_shape[1:3], self.kernel_size, self.strides)
-        ]
 
     def compute_output_shape(self, input_shape):
         grid = (input_shape[0], *self._output_grid(input_shape), self.num_capsules)
@@ -143,38 +123,8 @@ class PrimaryMatrixCapsule(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            num_capsules=self.num_capsules,
-            kernel_size=self.kernel_size,
-            strides=self.strides,
-            padding=self.padding,
-            pose_shape=self.pose_shape,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
-            implementation=self.implementation,
-        )
+        config.update(pose_shape=self.pose_shape)
         return config
-
-
-def check_matrix_inputs(layer_name, input_shape):
-    """`[poses (batch, H, W, types, 16), activations (batch, H, W, types)]`."""
-    if not (isinstance(input_shape, (list, tuple)) and len(input_shape) == 2
-            and isinstance(input_shape[0], (list, tuple))):
-        raise ValueError(
-            f"{layer_name} expects [poses, activations]. Received: input_shape={input_shape}"
-        )
-    poses_shape, activations_shape = (tuple(s) for s in input_shape)
-    if len(poses_shape) != 5 or poses_shape[-1] != POSE_SIZE:
-        raise ValueError(
-            f"{layer_name} expects poses of shape (batch, H, W, types, 16) "
-            f"(4x4 pose matrices). Received: poses.shape={poses_shape}"
-        )
-    if activations_shape[1:] != poses_shape[1:-1]:
-        raise ValueError(
-            f"{layer_name} expects activations of shape {(None, *poses_shape[1:-1])}. "
-            f"Received: activations.shape={activations_shape}"
-        )
-    return poses_shape, activations_shape
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -199,7 +149,8 @@ class ConvMatrixCapsule(WindowedCapsule):
         num_capsules: parent capsule types per position.
         kernel_size, strides: int or pair.
         padding: `"valid"` (the paper) or `"same"`.
-        router: a `keras_capsules.routing.Router`; default `EMRouting()`.
+        router: a router, or its name or config (`keras_capsules.routing.get`);
+            default `EMRouting()`.
         kernel_initializer: initializer of `W`, shape `(kh, kw, types,
             num_capsules, 4, 4)`.
 
@@ -226,8 +177,10 @@ class ConvMatrixCapsule(WindowedCapsule):
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
-        super().__init__(num_capsules, kernel_size, strides, padding, router, EMRouting, **kwargs)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        super().__init__(
+            num_capsules, kernel_size, strides, padding, router, EMRouting,
+            kernel_initializer, **kwargs,
+        )
 
     def _grid_shapes(self, input_shape):
         return check_matrix_inputs(self.__class__.__name__, input_shape)
@@ -269,14 +222,16 @@ class ClassMatrixCapsule(keras.layers.Layer):
     ```
 
     Takes `[poses (batch, H, W, types, 16), activations (batch, H, W,
-    types)]`; returns `[poses (batch, num_classes, 16), activations (batch,
-    num_classes)]`. Default router: `EMRouting()`.
+    types)]`; returns `[poses (batch, num_capsules, 16), activations
+    (batch, num_capsules)]`. Default router: `EMRouting()`.
 
     Args:
-        num_classes: number of class capsules.
-        router: a `keras_capsules.routing.Router`; default `EMRouting()`.
+        num_capsules: number of class capsules (one per class). The old
+            keyword `num_classes` still works, with a `DeprecationWarning`.
+        router: a router, or its name or config (`keras_capsules.routing.get`);
+            default `EMRouting()`.
         coordinate_addition: add the scaled child coordinates to the votes.
-        kernel_initializer: initializer of `W`, shape `(types, num_classes,
+        kernel_initializer: initializer of `W`, shape `(types, num_capsules,
             4, 4)`.
 
     Example:
@@ -294,15 +249,24 @@ class ClassMatrixCapsule(keras.layers.Layer):
 
     def __init__(
         self,
-        num_classes,
+        num_capsules=None,
         router=None,
         coordinate_addition=True,
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
+        name = "num_capsules"
+        num_classes = pop_renamed(kwargs, "num_classes", name, "ClassMatrixCapsule")
+        if num_classes is not None:
+            if num_capsules is not None:
+                raise ValueError(
+                    "Give `num_capsules` only (`num_classes` is its old name). "
+                    f"Received: num_capsules={num_capsules!r}, num_classes={num_classes!r}"
+                )
+            num_capsules, name = num_classes, "num_classes"
         super().__init__(**kwargs)
-        self.num_classes = positive_int(num_classes, "num_classes")
-        self.router = deserialize_router(router, self.dtype_policy, EMRouting)
+        self.num_capsules = positive_int(num_capsules, name)
+        self.router = get_router(router, EMRouting, self.dtype_policy)
         self.coordinate_addition = bool(coordinate_addition)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
@@ -316,35 +280,39 @@ class ClassMatrixCapsule(keras.layers.Layer):
         height, width, types = poses_shape[1:4]
         self.kernel = self.add_weight(
             name="kernel",
-            shape=(types, self.num_classes, 4, 4),
+            shape=(types, self.num_capsules, 4, 4),
             initializer=self.kernel_initializer,
         )
         in_caps = height * width * types
         # See WindowedCapsule.build.
-        build_router(self.router, (None, in_caps, self.num_classes, POSE_SIZE), (None, in_caps))
+        build_router(self.router, (None, in_caps, self.num_capsules, POSE_SIZE), (None, in_caps))
 
     def call(self, inputs):
         poses, activations = inputs
         height, width, types = poses.shape[1:4]
         votes = pose_votes(ops.reshape(poses, (-1, types, 4, 4)), self.kernel)
-        votes = ops.reshape(votes, (-1, height, width, types, self.num_classes, POSE_SIZE))
+        votes = ops.reshape(votes, (-1, height, width, types, self.num_capsules, POSE_SIZE))
         if self.coordinate_addition:
             votes = votes + ops.convert_to_tensor(
                 coordinate_offsets(height, width), dtype=votes.dtype
             )
-        votes = ops.reshape(votes, (-1, height * width * types, self.num_classes, POSE_SIZE))
+        votes = ops.reshape(votes, (-1, height * width * types, self.num_capsules, POSE_SIZE))
         activations = ops.reshape(activations, (-1, height * width * types))
-        return list(route(self, votes, activations))
+        return list(call_router(self, votes, activations))
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = check_matrix_inputs(self.__class__.__name__, input_shape)
         batch = poses_shape[0]
-        return [(batch, self.num_classes, POSE_SIZE), (batch, self.num_classes)]
+        return [(batch, self.num_capsules, POSE_SIZE), (batch, self.num_capsules)]
+
+    @classmethod
+    def from_config(cls, config):
+        return super().from_config(renamed_config(config, {"num_classes": "num_capsules"}))
 
     def get_config(self):
         config = super().get_config()
         config.update(
-            num_classes=self.num_classes,
+            num_capsules=self.num_capsules,
             router=serialize_router(self.router),
             coordinate_addition=self.coordinate_addition,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),

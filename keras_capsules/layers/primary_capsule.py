@@ -4,12 +4,63 @@ import keras
 from keras import ops
 
 from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation
+from keras_capsules.layers._common import check_kernel_fits
 from keras_capsules.ops import squash
 from keras_capsules.validation import int_tuple, one_of, positive_int
 
 
+class PrimaryConvolution(keras.layers.Layer):
+    """Base of the primary capsule layers: the arguments, checks and call
+    of their one 2-D convolution of `(batch, height, width, channels)`
+    images (see `PrimaryCapsule`)."""
+
+    def __init__(
+        self, num_capsules, kernel_size, strides, padding, kernel_initializer,
+        bias_initializer, implementation, **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        self.kernel_size = int_tuple(kernel_size, 2, "kernel_size")
+        self.strides = int_tuple(strides, 2, "strides")
+        self.padding = one_of(padding, ("valid", "same"), "padding")
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
+
+    def _check_images(self, input_shape):
+        if len(input_shape) != 4 or input_shape[-1] is None:
+            raise ValueError(
+                f"{self.__class__.__name__} expects images of shape (batch, height, "
+                f"width, channels). Received: input_shape={tuple(input_shape)}"
+            )
+        self._output_grid(input_shape)
+
+    def _output_grid(self, input_shape):
+        return check_kernel_fits(
+            self.__class__.__name__, "input", input_shape[1:3], self.kernel_size,
+            self.strides, self.padding,
+        )
+
+    def _conv(self, inputs, kernel, bias):
+        implementation = resolve_implementation(self.implementation, self.strides, inputs)
+        return conv2d(inputs, kernel, self.strides, self.padding, implementation) + bias
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_capsules=self.num_capsules,
+            kernel_size=self.kernel_size,
+            strides=self.strides,
+            padding=self.padding,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            implementation=self.implementation,
+        )
+        return config
+
+
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class PrimaryCapsule(keras.layers.Layer):
+class PrimaryCapsule(PrimaryConvolution):
     """Convolutional primary capsules (Sabour et al., 2017).
 
     One 2-D convolution with `num_capsules * capsule_dim` filters; its
@@ -60,29 +111,15 @@ class PrimaryCapsule(keras.layers.Layer):
         implementation="auto",
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        super().__init__(
+            num_capsules, kernel_size, strides, padding, kernel_initializer,
+            bias_initializer, implementation, **kwargs,
+        )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.kernel_size = int_tuple(kernel_size, 2, "kernel_size")
-        self.strides = int_tuple(strides, 2, "strides")
-        self.padding = one_of(padding, ("valid", "same"), "padding")
         self.squash = bool(squash)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
 
     def build(self, input_shape):
-        if len(input_shape) != 4:
-            raise ValueError(
-                "PrimaryCapsule expects images of shape (batch, height, width, "
-                f"channels). Received: input_shape={tuple(input_shape)}"
-            )
-        spatial = self._output_spatial(input_shape)
-        if any(n is not None and n < 1 for n in spatial):
-            raise ValueError(
-                f"`kernel_size={self.kernel_size}` is larger than the input grid "
-                f"{tuple(input_shape[1:3])} with padding='valid'."
-            )
+        self._check_images(input_shape)
         filters = self.num_capsules * self.capsule_dim
         self.kernel = self.add_weight(
             name="kernel",
@@ -94,41 +131,18 @@ class PrimaryCapsule(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        implementation = resolve_implementation(self.implementation, self.strides, inputs)
-        y = conv2d(inputs, self.kernel, self.strides, self.padding, implementation)
-        y = y + self.bias
+        y = self._conv(inputs, self.kernel, self.bias)
         batch = ops.shape(y)[0]
         capsules = ops.reshape(y, (batch, -1, self.capsule_dim))
         return squash(capsules) if self.squash else capsules
 
-    def _output_spatial(self, input_shape):
-        out = []
-        for n, k, s in zip(input_shape[1:3], self.kernel_size, self.strides):
-            if n is None:
-                out.append(None)
-            elif self.padding == "same":
-                out.append(-(-n // s))
-            else:
-                out.append((n - k) // s + 1)
-        return out
-
     def compute_output_shape(self, input_shape):
-        h, w = self._output_spatial(input_shape)
+        h, w = self._output_grid(input_shape)
         n = None if h is None or w is None else h * w * self.num_capsules
         return (input_shape[0], n, self.capsule_dim)
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            num_capsules=self.num_capsules,
-            capsule_dim=self.capsule_dim,
-            kernel_size=self.kernel_size,
-            strides=self.strides,
-            padding=self.padding,
-            squash=self.squash,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
-            implementation=self.implementation,
-        )
+        config.update(capsule_dim=self.capsule_dim, squash=self.squash)
         return config
 

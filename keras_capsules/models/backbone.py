@@ -2,7 +2,8 @@
 
 import keras
 
-from keras_capsules.layers.capsule import Capsule, deserialize_router, serialize_router
+from keras_capsules.layers._common import serialize_router
+from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.models.base import CapsuleClassifier
 from keras_capsules.validation import int_tuple, positive_int
@@ -38,8 +39,9 @@ class BackboneCapsNet(CapsuleClassifier):
         num_classes: number of classes (class capsules).
         input_shape: image shape `(height, width, channels)`; default the
             backbone's own input shape, which must then be fully known.
-        router: a `keras_capsules.routing.Router` for the class capsules;
-            default `DynamicRouting()` (3 iterations).
+        router: the router of the class capsules, or its name or config
+            (`keras_capsules.routing.get`); default `DynamicRouting()` (3
+            iterations).
         primary_capsules: primary capsule types per position.
         capsule_dim: dimension of the primary capsules.
         class_capsule_dim: dimension of the class capsules.
@@ -110,8 +112,8 @@ class BackboneCapsNet(CapsuleClassifier):
         )(x)
         self.features = keras.Model(images, x, name="features")
         self.digit_capsules = Capsule(
-            self.num_classes, self.class_capsule_dim, router=deserialize_router(router),
-            name="class_capsules",
+            self.num_classes, self.class_capsule_dim, router=router,
+            name="digit_capsules",
         )
         self.digit_capsules.build(x.shape)
         if self.reconstruction:

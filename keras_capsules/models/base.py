@@ -190,9 +190,7 @@ class CapsuleClassifier(keras.Model):
         """Coupling coefficients of the class capsules, `(batch, in_caps, num_classes)`."""
         children = self.features(ops.convert_to_tensor(images), training=False)
         layer = self.digit_capsules
-        equation = "bid,jde->bije" if layer.share_weights else "bid,ijde->bije"
-        votes = ops.einsum(equation, children, layer.kernel)
-        return layer.router(votes, None, return_coefficients=True)[2]
+        return layer.router(layer.votes(children), None, return_coefficients=True)[2]
 
     def get_config(self):
         return {

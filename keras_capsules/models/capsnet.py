@@ -2,7 +2,8 @@
 
 import keras
 
-from keras_capsules.layers.capsule import Capsule, deserialize_router, serialize_router
+from keras_capsules.layers._common import serialize_router
+from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.models.base import CapsuleClassifier
 
@@ -45,8 +46,9 @@ class CapsNet(CapsuleClassifier):
     Args:
         input_shape: image shape `(height, width, channels)`.
         num_classes: number of classes (class capsules).
-        router: a `keras_capsules.routing.Router` for the class capsules;
-            default `DynamicRouting()` (3 iterations).
+        router: the router of the class capsules, or its name or config
+            (`keras_capsules.routing.get`); default `DynamicRouting()` (3
+            iterations).
         reconstruction: build the decoder and add the reconstruction loss.
         reconstruction_weight: weight of the mean squared error.
         conv_filters, primary_capsules, primary_dim, capsule_dim: layer
@@ -100,8 +102,8 @@ class CapsNet(CapsuleClassifier):
         )(x)
         self.features = keras.Model(images, x, name="features")
         self.digit_capsules = Capsule(
-            num_classes, capsule_dim, router=deserialize_router(router),
-            kernel_initializer=_truncated_normal(0.01), name="class_capsules",
+            num_classes, capsule_dim, router=router,
+            kernel_initializer=_truncated_normal(0.01), name="digit_capsules",
         )
         self.digit_capsules.build(x.shape)
         if self.reconstruction:

@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers.capsule import Capsule, deserialize_router, serialize_router
+from keras_capsules.layers._common import serialize_router
+from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.strided_conv import StridedConv2D
 from keras_capsules.models.base import CapsuleClassifier
 from keras_capsules.ops import efficient_squash
@@ -107,8 +108,8 @@ class EfficientCapsNet(CapsuleClassifier):
     Args:
         input_shape: image shape `(height, width, channels)`.
         num_classes: number of classes.
-        router: a `keras_capsules.routing.Router`; default
-            `SelfAttentionRouting()`.
+        router: the router of the class capsules, or its name or config
+            (`keras_capsules.routing.get`); default `SelfAttentionRouting()`.
         reconstruction: build the decoder and add the reconstruction loss.
         reconstruction_weight: weight of the mean squared error.
         decoder_units: hidden sizes of the decoder.
@@ -155,10 +156,10 @@ class EfficientCapsNet(CapsuleClassifier):
             x = keras.layers.ReLU(name=f"relu{i + 1}")(x)
         x = DepthwisePrimaryCapsule(16, 8, name="primary")(x)
         self.features = keras.Model(images, x, name="features")
-        router = SelfAttentionRouting() if router is None else deserialize_router(router)
+        router = SelfAttentionRouting() if router is None else router
         self.digit_capsules = Capsule(
             num_classes, 16, router=router, kernel_initializer="he_normal",
-            name="class_capsules",
+            name="digit_capsules",
         )
         self.digit_capsules.build(x.shape)
         if self.reconstruction:

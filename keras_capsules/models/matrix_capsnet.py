@@ -3,8 +3,9 @@
 import keras
 from keras import ops
 
+from keras_capsules import routing
 from keras_capsules.conv import IMPLEMENTATIONS
-from keras_capsules.layers.capsule import deserialize_router, serialize_router
+from keras_capsules.layers._common import serialize_router
 from keras_capsules.layers.matrix_capsule import (
     ClassMatrixCapsule,
     ConvMatrixCapsule,
@@ -14,7 +15,22 @@ from keras_capsules.layers.strided_conv import StridedConv2D
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.models.base import one_hot_labels
 from keras_capsules.routing.em import EMRouting
-from keras_capsules.validation import int_tuple, one_of, positive_float, positive_int
+from keras_capsules.validation import (
+    int_tuple,
+    one_of,
+    pop_renamed,
+    positive_float,
+    positive_int,
+    renamed_config,
+)
+
+# The paper's letters for the layer sizes: the arguments' old names.
+_PAPER_NAMES = {
+    "A": "conv_filters",
+    "B": "primary_capsules",
+    "C": "conv_capsules1",
+    "D": "conv_capsules2",
+}
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -23,15 +39,16 @@ class MatrixCapsNet(keras.Model):
 
     ```
     images (32, 32, 2)
-      -> StridedConv2D(A, 5, strides=2, relu)                   (14, 14, A)
-      -> PrimaryMatrixCapsule(B, 1)                            (14, 14, B) capsules
-      -> ConvMatrixCapsule(C, 3, strides=2, router)            (6, 6, C)
-      -> ConvMatrixCapsule(D, 3, strides=1, router)            (4, 4, D)
-      -> ClassMatrixCapsule(num_classes, router, coordinate addition)
+      -> StridedConv2D(conv_filters, 5, strides=2, relu)       (14, 14, A)
+      -> PrimaryMatrixCapsule(primary_capsules, 1)             (14, 14, B) capsules
+      -> ConvMatrixCapsule(conv_capsules1, 3, strides=2)       (6, 6, C)
+      -> ConvMatrixCapsule(conv_capsules2, 3, strides=1)       (4, 4, D)
+      -> ClassMatrixCapsule(num_classes, coordinate addition)
       -> activations (batch, num_classes): the class scores
     ```
 
-    Each capsule is a 4x4 pose matrix and a sigmoid activation; the
+    `A`, `B`, `C`, `D` are the paper's names of the four sizes (its Figure
+    1). Each capsule is a 4x4 pose matrix and a sigmoid activation; the
     capsule layers route with `EMRouting(iterations)` (valid padding, as
     in the paper's Figure 1). `call` and `predict` return the class
     activations; `encode` returns `[poses (batch, num_classes, 16),
@@ -57,7 +74,7 @@ class MatrixCapsNet(keras.Model):
     none), so this model has no `reconstruct`.
 
     Parameter count (`count_params()`, every weight is trainable): with
-    the defaults (A = B = C = D = 32, input (32, 32, 2), 5 classes) it is
+    the defaults (all four sizes 32, input (32, 32, 2), 5 classes) it is
     317,194 = 1,632 (conv: 5*5*2*32 + 32) + 17,952 (primary capsules:
     1*1*32*(32*16 + 32) + 32*17) + 2 * 147,520 (conv capsules: 3*3*32*32
     4x4 transforms, plus the EM router's beta_u and beta_a, 2*32) + 2,570
@@ -70,13 +87,16 @@ class MatrixCapsNet(keras.Model):
         input_shape: image shape `(height, width, channels)`; smallNORB's
             stereo pairs are `(32, 32, 2)`.
         num_classes: number of class capsules.
-        A: channels of the first convolution.
-        B: primary capsule types.
-        C, D: capsule types of the two convolutional capsule layers.
+        conv_filters: channels of the first convolution (the paper's A).
+        primary_capsules: primary capsule types (B).
+        conv_capsules1, conv_capsules2: capsule types of the two
+            convolutional capsule layers (C and D). The old keywords `A`,
+            `B`, `C`, `D` still work, with a `DeprecationWarning`.
         iterations: EM iterations of the default routers.
-        router: a `keras_capsules.routing.Router` used, as three fresh
-            copies (from its config), by the three capsule layers instead
-            of `EMRouting(iterations)`; `iterations` is then unused.
+        router: a router, or its name or config
+            (`keras_capsules.routing.get`), used, as three fresh copies
+            (from its config), by the three capsule layers instead of
+            `EMRouting(iterations)`; `iterations` is then unused.
         coordinate_addition: add the scaled position of each child to its
             class votes (the paper's coordinate addition).
         margin: initial margin of the model's own `SpreadLoss`.
@@ -100,10 +120,10 @@ class MatrixCapsNet(keras.Model):
         self,
         input_shape=(32, 32, 2),
         num_classes=5,
-        A=32,
-        B=32,
-        C=32,
-        D=32,
+        conv_filters=32,
+        primary_capsules=32,
+        conv_capsules1=32,
+        conv_capsules2=32,
         iterations=3,
         router=None,
         coordinate_addition=True,
@@ -111,16 +131,23 @@ class MatrixCapsNet(keras.Model):
         implementation="auto",
         **kwargs,
     ):
+        sizes = dict(conv_filters=conv_filters, primary_capsules=primary_capsules,
+                     conv_capsules1=conv_capsules1, conv_capsules2=conv_capsules2)
+        for old, new in _PAPER_NAMES.items():
+            value = pop_renamed(kwargs, old, new, "MatrixCapsNet")
+            # Errors name the argument as given.
+            sizes[new] = positive_int(sizes[new], new) if value is None else positive_int(
+                value, old)
         super().__init__(**kwargs)
         self.image_shape = int_tuple(input_shape, 3, "input_shape")
         self.num_classes = positive_int(num_classes, "num_classes")
-        self.A, self.B, self.C, self.D = (
-            positive_int(v, n) for v, n in ((A, "A"), (B, "B"), (C, "C"), (D, "D"))
-        )
+        self.conv_filters = sizes["conv_filters"]
+        self.primary_capsules = sizes["primary_capsules"]
+        self.conv_capsules1 = sizes["conv_capsules1"]
+        self.conv_capsules2 = sizes["conv_capsules2"]
         self.iterations = positive_int(iterations, "iterations")
         # A config, so each capsule layer gets its own (unbuilt) copy.
-        self.router_config = None if router is None else serialize_router(
-            deserialize_router(router))
+        self.router_config = None if router is None else serialize_router(routing.get(router))
         self.coordinate_addition = bool(coordinate_addition)
         self.margin = positive_float(margin, "margin")
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
@@ -128,15 +155,17 @@ class MatrixCapsNet(keras.Model):
 
         images = keras.Input(self.image_shape)
         x = StridedConv2D(
-            self.A, 5, strides=2, activation="relu", implementation=implementation,
+            self.conv_filters, 5, strides=2, activation="relu", implementation=implementation,
             name="conv",
         )(images)
-        capsules = PrimaryMatrixCapsule(self.B, 1, name="primary_capsules")(x)
+        capsules = PrimaryMatrixCapsule(
+            self.primary_capsules, 1, name="primary_capsules"
+        )(x)
         capsules = ConvMatrixCapsule(
-            self.C, 3, strides=2, router=self._router(), name="conv_capsules1"
+            self.conv_capsules1, 3, strides=2, router=self._router(), name="conv_capsules1"
         )(capsules)
         capsules = ConvMatrixCapsule(
-            self.D, 3, strides=1, router=self._router(), name="conv_capsules2"
+            self.conv_capsules2, 3, strides=1, router=self._router(), name="conv_capsules2"
         )(capsules)
         outputs = ClassMatrixCapsule(
             self.num_classes, router=self._router(),
@@ -148,7 +177,7 @@ class MatrixCapsNet(keras.Model):
     def _router(self):
         if self.router_config is None:
             return EMRouting(iterations=self.iterations)
-        return deserialize_router(self.router_config)
+        return self.router_config  # each layer deserialises its own copy
 
     def build(self, input_shape=None):
         self.built = True
@@ -173,13 +202,17 @@ class MatrixCapsNet(keras.Model):
             "trainable": self.trainable,
             "input_shape": self.image_shape,
             "num_classes": self.num_classes,
-            "A": self.A,
-            "B": self.B,
-            "C": self.C,
-            "D": self.D,
+            "conv_filters": self.conv_filters,
+            "primary_capsules": self.primary_capsules,
+            "conv_capsules1": self.conv_capsules1,
+            "conv_capsules2": self.conv_capsules2,
             "iterations": self.iterations,
             "router": self.router_config,
             "coordinate_addition": self.coordinate_addition,
             "margin": self.margin,
             "implementation": self.implementation,
         }
+
+    @classmethod
+    def from_config(cls, config):
+        return super().from_config(renamed_config(config, _PAPER_NAMES))

@@ -1,4 +1,12 @@
-"""Routing algorithms: each maps child votes to parent poses and activations."""
+"""Routing algorithms: each maps child votes to parent poses and activations.
+
+Like `keras.initializers`, routers can be named: `get("dynamic")`,
+`get({"class_name": "em", "config": {"iterations": 2}})` and `get(router)`
+all give a `Router`, and every `router=` argument of the layers and models
+goes through `get`.
+"""
+
+import keras
 
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.dynamic import DynamicRouting
@@ -7,3 +15,80 @@ from keras_capsules.routing.sparse_attention import SparseAttentionRouting
 from keras_capsules.routing.inverted_dot_product import InvertedDotProductRouting
 from keras_capsules.routing.self_routing import SelfRouting
 from keras_capsules.routing.em import EMRouting
+
+_ROUTERS = {
+    "dynamic": DynamicRouting,
+    "em": EMRouting,
+    "self_attention": SelfAttentionRouting,
+    "sparse_attention": SparseAttentionRouting,
+    "inverted_dot_product": InvertedDotProductRouting,
+    "self_routing": SelfRouting,
+}
+# Short names and class names, as `keras.initializers.get` takes both.
+_BY_NAME = {**_ROUTERS, **{cls.__name__: cls for cls in _ROUTERS.values()}}
+
+
+def names():
+    """The router names `get` accepts, sorted: `("dynamic", "em", ...)`."""
+    return tuple(sorted(_ROUTERS))
+
+
+def serialize(router):
+    """A router's config dict: `keras.saving.serialize_keras_object(router)`."""
+    return keras.saving.serialize_keras_object(router)
+
+
+def deserialize(config, custom_objects=None):
+    """The router of a config dict: one from `serialize`, or a short one,
+    `{"class_name": "dynamic", "config": {...}}` (a name of `names()` or a
+    router class name; `"config"` optional)."""
+    class_name = config.get("class_name") if isinstance(config, dict) else None
+    if (isinstance(class_name, str) and "registered_name" not in config
+            and keras.saving.get_registered_object(class_name) is None):
+        return _router_class(class_name).from_config(config.get("config") or {})
+    return keras.saving.deserialize_keras_object(config, custom_objects=custom_objects)
+
+
+def get(identifier):
+    """A `Router` from a name, a config dict, a `Router` class or instance.
+
+    - `None` -> `None` (the caller's default router);
+    - a name (`"dynamic"`, `"em"`, `"self_attention"`, `"sparse_attention"`,
+      `"inverted_dot_product"`, `"self_routing"`, or the class name) -> a
+      new router with its default arguments;
+    - a dict -> `deserialize(identifier)`;
+    - a `Router` subclass -> a new instance; a `Router` -> itself.
+
+    Example:
+
+    >>> keras_capsules.routing.get("em")
+    <EMRouting name=em_routing, built=False>
+    >>> keras_capsules.layers.Capsule(10, 16, router="self_attention")
+
+    Raises a `ValueError` naming `router` for anything else.
+    """
+    if identifier is None:
+        return None
+    if isinstance(identifier, str):
+        router = _router_class(identifier)()
+    elif isinstance(identifier, dict):
+        router = deserialize(identifier)
+    elif isinstance(identifier, type) and issubclass(identifier, Router):
+        router = identifier()
+    else:
+        router = identifier
+    if not isinstance(router, Router):
+        raise ValueError(
+            "`router` must be a router name, a router config dict or a "
+            f"keras_capsules.routing.Router. Received: router={identifier!r}"
+        )
+    return router
+
+
+def _router_class(name):
+    if name not in _BY_NAME:
+        raise ValueError(
+            f"Unknown router name. Valid names: {', '.join(names())}. "
+            f"Received: router={name!r}"
+        )
+    return _BY_NAME[name]

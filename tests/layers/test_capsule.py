@@ -6,6 +6,8 @@ import pytest
 
 import keras_capsules
 from keras_capsules.layers import Capsule
+from tests.reference import attention as ref
+from tests.reference.dynamic import capsule_votes
 from tests.test_case import LayerTestCase, to_numpy
 
 RNG = np.random.default_rng(0)
@@ -54,7 +56,7 @@ class TestCapsule(LayerTestCase):
     @pytest.mark.parametrize(
         "kwargs, message",
         [({"num_capsules": 0}, "num_capsules=0"), ({"capsule_dim": 0}, "capsule_dim=0"),
-         ({"router": "dynamic"}, "router='dynamic'")],
+         ({"router": "dynamo"}, "router='dynamo'")],
     )
     def test_errors(self, kwargs, message):
         with pytest.raises(ValueError, match=message):
@@ -63,3 +65,26 @@ class TestCapsule(LayerTestCase):
     def test_unknown_in_caps_needs_shared_weights(self):
         with pytest.raises(ValueError, match="share_weights"):
             Capsule(3, 5)(keras.Input((None, 4)))
+
+
+def test_householder_weight_has_one_name():
+    dense = keras_capsules.Capsule(3, 4, orthogonal=True)
+    dense.build((None, 5, 6))
+    conv = keras_capsules.ConvCapsule2D(2, 4, 2, orthogonal=True)
+    conv.build((None, 4, 4, 2, 6))
+    for layer in (dense, conv):
+        assert layer.householder.path.endswith("householder")
+        assert [w.path for w in layer.weights] == [layer.householder.path]
+        assert not hasattr(layer, "kernel")
+
+
+@pytest.mark.parametrize("orthogonal", [False, True])
+@pytest.mark.parametrize("share_weights", [False, True])
+def test_capsule_votes(orthogonal, share_weights):
+    layer = keras_capsules.Capsule(3, 4, orthogonal=orthogonal, share_weights=share_weights)
+    poses = np.random.default_rng(0).normal(size=(2, 5, 6)).astype("float32")
+    layer.build(poses.shape)
+    weight = to_numpy(layer.householder if orthogonal else layer.kernel).astype("float64")
+    kernel = ref.householder_orthogonal(weight, 6, 4) if orthogonal else weight
+    np.testing.assert_allclose(to_numpy(layer.votes(poses)), capsule_votes(poses, kernel),
+                               rtol=1e-5, atol=1e-5)

@@ -77,7 +77,7 @@ class TestConvCapsule2D(LayerTestCase):
         "kwargs, message",
         [({"num_capsules": 0}, "num_capsules=0"), ({"capsule_dim": 0}, "capsule_dim=0"),
          ({"kernel_size": (3, 0)}, "kernel_size"), ({"strides": 0}, "strides=0"),
-         ({"padding": "full"}, "padding='full'"), ({"router": "em"}, "router='em'")],
+         ({"padding": "full"}, "padding='full'"), ({"router": "emm"}, "router='emm'")],
     )
     def test_errors(self, kwargs, message):
         with pytest.raises(ValueError, match=message):

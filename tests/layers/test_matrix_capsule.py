@@ -1,5 +1,7 @@
 """The matrix-capsule layers: shapes, votes, coordinate addition, config, training, errors."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -110,7 +112,7 @@ class TestClassMatrixCapsule(LayerTestCase):
         np.testing.assert_allclose(poses, expected, rtol=1e-5, atol=1e-6)
 
     def test_errors(self):
-        with pytest.raises(ValueError, match="num_classes=0"):
+        with pytest.raises(ValueError, match="num_capsules=0"):
             ClassMatrixCapsule(0)
         with pytest.raises(ValueError, match="poses.shape"):
             ClassMatrixCapsule(2)([keras.Input((4, 4, 2, 8)), keras.Input((4, 4, 2))])
@@ -122,3 +124,24 @@ def test_exported():
     assert keras_capsules.EMRouting is EMRouting
     for layer in (PrimaryMatrixCapsule, ConvMatrixCapsule, ClassMatrixCapsule):
         assert getattr(keras_capsules, layer.__name__) is layer
+
+
+def test_class_matrix_capsule_num_classes_is_deprecated():
+    with pytest.warns(DeprecationWarning, match="num_capsules"):
+        layer = keras_capsules.ClassMatrixCapsule(num_classes=3)
+    assert layer.num_capsules == 3
+    config = layer.get_config()
+    assert config["num_capsules"] == 3 and "num_classes" not in config
+    with pytest.raises(ValueError, match="num_classes=0"):
+        keras_capsules.ClassMatrixCapsule(num_classes=0)
+    with pytest.raises(ValueError, match="num_capsules=3, num_classes=4"):
+        keras_capsules.ClassMatrixCapsule(3, num_classes=4)
+
+
+def test_class_matrix_capsule_old_config_loads_silently():
+    config = keras_capsules.ClassMatrixCapsule(3).get_config()
+    config["num_classes"] = config.pop("num_capsules")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        layer = keras_capsules.ClassMatrixCapsule.from_config(config)
+    assert layer.num_capsules == 3

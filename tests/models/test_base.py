@@ -10,7 +10,11 @@ import pytest
 
 import keras_capsules as kc
 from keras_capsules.models import CapsNet, EfficientCapsNet
+from keras_capsules.models import CapsuleClassifier
+from tests.reference import attention as ref
+from tests.reference.dynamic import capsule_votes, dynamic_routing
 from tests.test_case import jit_compile_for_backend
+from tests.test_case import to_numpy
 
 
 def tiny_capsnet(**kwargs):
@@ -93,7 +97,7 @@ def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="num_classes"):
         CapsNet(num_classes=0)
     with pytest.raises(ValueError, match="router"):
-        CapsNet(router="dynamic")
+        CapsNet(router="dynamo")
     with pytest.raises(ValueError, match="input_shape"):
         EfficientCapsNet(input_shape=(28, 28))
 
@@ -145,3 +149,38 @@ def test_loss_outputs_gives_custom_loops_the_poses_of_the_forward_pass():
                                keras.ops.convert_to_numpy(model(x)), rtol=1e-6)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model.compute_loss(x, y, (scores, poses))),
                                expected_loss(model, x, y), rtol=1e-5)
+
+
+def test_digit_capsules_layer_is_named_as_the_attribute():
+    models = [
+        kc.CapsNet((20, 20, 1), 3, conv_filters=4, primary_capsules=2, primary_dim=4,
+                   capsule_dim=4, decoder_units=(8,)),
+        kc.EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,)),
+    ]
+    for model in models:
+        assert model.digit_capsules.name == "digit_capsules"
+
+
+class OrthogonalCapsNet(CapsuleClassifier):
+    """A tiny classifier whose class capsules are orthogonal."""
+
+    def __init__(self, **kwargs):
+        super().__init__((12, 12, 1), 3, reconstruction=False, **kwargs)
+        images = keras.Input(self.image_shape)
+        children = kc.PrimaryCapsule(2, 4, 5, strides=2)(images)
+        self.features = keras.Model(images, children)
+        self.digit_capsules = kc.Capsule(3, 6, orthogonal=True, name="digit_capsules")
+        self.digit_capsules.build(children.shape)
+        self.build((None, *self.image_shape))
+
+
+def test_routing_coefficients_of_orthogonal_capsules():
+    model = OrthogonalCapsNet()
+    images = np.random.default_rng(1).uniform(size=(2, 12, 12, 1)).astype("float32")
+    children = to_numpy(model.features(images)).astype("float64")
+    transforms = ref.householder_orthogonal(
+        to_numpy(model.digit_capsules.householder).astype("float64"), 4, 6)
+    expected = dynamic_routing(capsule_votes(children, transforms))[2]
+    c = to_numpy(model.routing_coefficients(images))
+    assert c.shape == (2, 4 * 4 * 2, 3)
+    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-6)

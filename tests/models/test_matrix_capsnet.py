@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+import warnings
 
 import keras
 import numpy as np
@@ -12,7 +13,8 @@ from keras_capsules.models import MatrixCapsNet
 from tests.test_case import jit_compile_for_backend
 
 # One EM iteration keeps XLA compilation short; the layer tests route with 2.
-TINY = dict(A=4, B=2, C=2, D=2, iterations=1)
+TINY = dict(conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2,
+            iterations=1)
 # XLA on TF costs minutes of compilation even for the tiny net; the margin
 # inside XLA steps on TF is tested in tests/test_callbacks.py, the layers'
 # XLA train steps in tests/layers/test_matrix_capsule.py. JAX compiles
@@ -106,15 +108,52 @@ def test_mixed_precision_fit_has_finite_loss():
 
 
 def test_bad_arguments_raise_value_errors():
-    with pytest.raises(ValueError, match="A=0"):
-        MatrixCapsNet(A=0)
+    with pytest.raises(ValueError, match="conv_filters=0"):
+        MatrixCapsNet(conv_filters=0)
     with pytest.raises(ValueError, match="iterations=0"):
         MatrixCapsNet(iterations=0)
     with pytest.raises(ValueError, match="router"):
-        MatrixCapsNet(router="em")
+        MatrixCapsNet(router="emm")
     with pytest.raises(ValueError, match="implementation='fft'"):
         MatrixCapsNet(implementation="fft")
     with pytest.raises(ValueError, match="margin=0"):
         MatrixCapsNet(margin=0)
     with pytest.raises(ValueError, match="kernel_size"):
         MatrixCapsNet(input_shape=(12, 12, 2), **TINY)  # too small for the capsule grid
+
+
+SIZES = dict(conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=3)
+PAPER_SIZES = dict(A=4, B=2, C=2, D=3)
+
+
+def test_matrix_capsnet_paper_letters_are_deprecated():
+    with pytest.warns(DeprecationWarning, match="conv_filters"):
+        model = kc.MatrixCapsNet(**PAPER_SIZES, iterations=1)
+    config = model.get_config()
+    assert {k: config[k] for k in SIZES} == SIZES
+    assert not set(PAPER_SIZES) & set(config)
+    assert model.network.get_layer("conv").filters == 4
+    assert model.network.get_layer("conv_capsules2").num_capsules == 3
+    with pytest.raises(ValueError, match="conv_filters=0"):
+        kc.MatrixCapsNet(conv_filters=0)
+    with pytest.raises(ValueError, match="D=0"):
+        kc.MatrixCapsNet(D=0)
+
+
+def test_matrix_capsnet_old_config_loads_silently():
+    model = kc.MatrixCapsNet(**SIZES, iterations=1)
+    config = model.get_config()
+    for old, new in zip(PAPER_SIZES, SIZES):
+        config[old] = config.pop(new)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        restored = kc.MatrixCapsNet.from_config(config)
+    assert restored.count_params() == model.count_params()
+    assert restored.get_config() == model.get_config()
+
+
+def test_new_names_raise_no_deprecation_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        kc.MatrixCapsNet(**SIZES, iterations=1)
+        kc.ClassMatrixCapsule(2)
