@@ -28,7 +28,8 @@
 # JAX) is sized for about 6-8 minutes; GPU_FULL=1 adds JAX without jit and
 # Efficient-CapsNet (longer: run it alone). GPU_SMOKE=1
 # runs a tiny plan anywhere (batch 2, one step), to check the plumbing.
-# Not run on a GPU yet (only GPU_SMOKE=1 on a CPU machine).
+# No GPU numbers are published yet (only GPU_SMOKE=1 has run, on a CPU
+# machine); the CPU numbers and their commands are in benchmarks/README.md.
 
 set -uo pipefail
 cd "$(dirname "$0")/.."
