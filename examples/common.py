@@ -92,7 +92,7 @@ def distribution_scope(enabled):
         raise SystemExit(
             "--distribute on the torch backend runs one process per device: start "
             "the script with torchrun, e.g. `torchrun --nproc_per_node=2 "
-            f"{os.path.basename(sys.argv[0])} --distribute ...` (see the README)."
+            f"{os.path.basename(sys.argv[0])} --distribute ...` (see docs/distributed.md)."
         )
     with distribute.scope() as cluster:
         print(f"Data-parallel on {backend}: {cluster.replicas} replicas in "

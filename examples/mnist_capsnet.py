@@ -12,7 +12,7 @@ pairs. Data: MNIST from TFDS, shifted by up to 2 pixels. Optimiser: Adam
 (1e-3), learning rate decayed by 0.96 every 2000 steps (the paper's code).
 That schedule is made for long runs: it barely decays within one epoch.
 `--lr-decay run` instead decays the rate exponentially to 1e-4 over the
-run, which is what reaches 99 % after one epoch (README, results).
+run, which is what reaches 99 % after one epoch (docs/results.md).
 
     KERAS_BACKEND=torch python examples/mnist_capsnet.py --epochs 1
 

@@ -3,7 +3,7 @@ capsule models, and the format's own runtime (TensorFlow, ONNX Runtime, the
 LiteRT interpreter) serves the class scores that Keras predicts.
 
 The (backend, format) pairs that Keras itself cannot export are skipped with
-the reason; README "Export for serving" has the same table.
+the reason; docs/export.md has the same table.
 """
 
 import functools
@@ -178,7 +178,7 @@ def test_known_failures_name_real_cases():
 
 
 def scores_and_poses(model):
-    """The recipe of README "Export for serving": a functional model that
+    """The recipe of docs/export.md: a functional model that
     serves `[scores, poses]` with `model`'s layers and weights."""
     images = keras.Input(model.image_shape)
     if isinstance(model, kc.MatrixCapsNet):

@@ -11,7 +11,7 @@ them.
 
 Keras 3.15.1 writes a torch-saved model's optimizer as
 `keras.src.backend.torch.optimizers.torch_adam`, which cannot train on
-TensorFlow or JAX; the README's workaround, `load_model(path,
+TensorFlow or JAX; the workaround in docs/examples.md, `load_model(path,
 compile=False)` and `compile` again, is what these tests check there.
 """
 
