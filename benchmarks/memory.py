@@ -24,26 +24,27 @@ TensorFlow with a GPU), a `tf.function` graph without XLA on TensorFlow on
 a CPU (`--tf-jit`: XLA there too), eager torch.
 
 Each configuration runs in a fresh worker process (benchmarks/harness.py),
-so that peaks do not mix. The worker imports the backend (`imports` RSS),
-builds the model and the optimizer's variables (`built`), then runs
-`--steps` training steps; before each step the kernel's peak-RSS counter
-of the process is reset (`/proc/self/clear_refs`), so each step's peak is
-its own. Reported, in MiB over `built` (what a step needs on top of the
-model and optimizer state): the peak of the first step (compilation
-included) and the largest peak of the later ones, and that peak in votes
-(`step / votes`: how many vote-sized buffers a step holds at once; at
-`--batch 8` the kernel gradient is one more, since `W` then has as many
-elements as the votes). On a GPU each worker also reports the device's
-peak over `built` (torch: `max_memory_allocated`, JAX:
-`peak_bytes_in_use`, TensorFlow: `get_memory_info`).
+so that peaks do not mix. The worker imports the backend, builds the model
+and the optimizer's variables, then runs `--steps` training steps; before
+each step it returns the C heap's free pages (`malloc_trim`) and resets
+the process's peak-RSS counter (`/proc/self/clear_refs`), so each step's
+peak is its own. Columns, in MiB: `state`, the RSS the model and Adam's
+variables add to the imports; `1st step` (compilation included) and
+`step` (the largest of the later steps), the peak RSS of a step over
+`state`; `step / votes`, that peak in votes: how many vote-sized buffers
+a step holds at once (the gradient of `W` is one of them at `--batch 8`,
+where `W` has as many elements as the votes); `peak`, the worker's peak
+over its imports (`state` + the larger step), what the estimate predicts.
+On a GPU each worker also reports the device's peak over the built state
+(torch: `max_memory_allocated`, JAX: `peak_bytes_in_use`, TensorFlow:
+`get_memory_info`).
 
 The machine may be shared: before starting a worker the parent estimates
-its memory over imports, `state + factor * votes` (`state`: `W`, its
-gradient and Adam's two slots; `factor`: vote-sized buffers per step,
-measured per backend and router on small configurations, and raised during
-the run whenever a measured row exceeds it), and skips a configuration
-whose estimate exceeds `--max-gib`. A worker whose RSS still passes
-`--max-gib` + `--kill-margin-gib` (imports included) is killed.
+its peak (`est.`, over imports; see `VOTE_FACTORS`) and skips a
+configuration whose estimate exceeds `--max-gib`; measured rows raise the
+estimate of larger ones when they needed more than predicted. A worker
+whose RSS (imports included) still passes `--max-gib` +
+`--kill-margin-gib` is killed.
 """
 
 import argparse
@@ -61,16 +62,18 @@ MIB = 2**20
 GIB = 2**30
 IN_DIM, OUT_DIM, ITERATIONS = 8, 16, 3
 
-# Vote-sized buffers a training step adds to the model state (W, its
-# gradient and Adam's slots), from the memory over imports measured at
-# --batch 8, classes 100, children 1152 (votes 56 MiB), rounded up; fixed
-# costs (compilation) are part of it there, so it errs high for larger
-# votes. It only decides what to skip; rows with votes of at least
-# CALIBRATION_MIB raise it when they need more.
+# The estimate of a worker's memory over its imports: FIXED_MIB (compiled
+# code, the backend's own buffers) + STATE_COPIES * W (W, Adam's two slots,
+# the gradient) + factor * votes. Factors: vote-sized buffers of a step
+# besides the W gradient, measured at --batch 8 on the configurations with
+# votes of 56-225 MiB and rounded up. The estimate only decides what to
+# skip; rows with votes of at least CALIBRATION_MIB raise a factor they
+# exceed.
+FIXED_MIB = 192
 VOTE_FACTORS = {
-    ("tensorflow", "dynamic"): 9, ("tensorflow", "em"): 12,
-    ("torch", "dynamic"): 7, ("torch", "em"): 12,
-    ("jax", "dynamic"): 4, ("jax", "em"): 10,
+    ("tensorflow", "dynamic"): 8, ("tensorflow", "em"): 12,
+    ("torch", "dynamic"): 6.5, ("torch", "em"): 12,
+    ("jax", "dynamic"): 3, ("jax", "em"): 8,
 }
 DEFAULT_VOTE_FACTOR = 12
 CALIBRATION_MIB = 32
@@ -91,7 +94,8 @@ def kernel_bytes(config):
 
 def estimate_bytes(config, factor):
     """Memory of a worker over its imports: model state plus the step."""
-    return STATE_COPIES * kernel_bytes(config) + factor * votes_bytes(config)
+    return (FIXED_MIB * MIB + STATE_COPIES * kernel_bytes(config)
+            + factor * votes_bytes(config))
 
 
 # ----------------------------------------------------------------- worker
@@ -336,8 +340,8 @@ def run(args):
             summarise(row)
             # Raise the factor if this row needed more than predicted.
             if row["votes_bytes"] >= CALIBRATION_MIB * MIB:
-                factor = max(factor, (row["measured_bytes"] - STATE_COPIES
-                                      * row["kernel_bytes"]) / row["votes_bytes"])
+                factor = max(factor, (row["measured_bytes"] - estimate_bytes(config, 0))
+                             / row["votes_bytes"])
             log(f"{name}: step {row['step_mb']:.0f} MiB over built "
                 f"({row['step_over_votes']:.1f} votes), {row['wall_s']:.0f} s")
     return rows
@@ -360,22 +364,24 @@ def compile_label(row):
 def markdown(rows):
     gpu = any(r.get("device_peak_over_built_mb") is not None for r in rows)
     lines = [
-        "| backend | compile | router | classes | children | votes MiB | W MiB "
-        "| built MiB | 1st step MiB | step MiB | step / votes |"
+        "| backend | compile | router | classes | children | votes MiB | W MiB | est. MiB "
+        "| state MiB | 1st step MiB | step MiB | step / votes | peak MiB |"
         + (" device step MiB |" if gpu else ""),
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
         + (" ---: |" if gpu else ""),
     ]
     for r in rows:
         head = (f"| {r['backend']} | {compile_label(r)} | {r['router']} | {r['classes']} "
-                f"| {r['children']} | {r['votes_bytes'] / MIB:.0f} | {r['kernel_bytes'] / MIB:.0f} |")
+                f"| {r['children']} | {r['votes_bytes'] / MIB:.0f} | {r['kernel_bytes'] / MIB:.0f} "
+                f"| {r['estimate_bytes'] / MIB:.0f} |")
         if r.get("skipped") or r.get("error"):
             cells = ["", "", "", ""] + ([""] if gpu else [])
             lines.append(f"{head} {r.get('skipped') or 'failed: ' + r['error']} |"
                          + " |".join(cells) + " |")
             continue
         line = (f"{head} {r['built_mb'] - r['imports_mb']:.0f} | {r['first_step_mb']:.0f} "
-                f"| {r['step_mb']:.0f} | {r['step_over_votes']:.1f} |")
+                f"| {r['step_mb']:.0f} | {r['step_over_votes']:.1f} "
+                f"| {r['measured_bytes'] / MIB:.0f} |")
         if gpu:
             device = r.get("device_peak_over_built_mb")
             line += f" {device:.0f} |" if device is not None else " |"
@@ -433,10 +439,10 @@ def main():
     print(f"\nTraining-step memory, batch {args.batch}, {ITERATIONS} routing iterations, "
           f"{'W shared by children' if args.share_weights else 'one W per child and class'}"
           f"{', router args ' + json.dumps(args.router_args) if args.router_args else ''}; "
-          f"MiB over built = over the model and Adam state; {args.steps} steps per worker; "
+          f"{args.steps} steps per worker; "
           f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}); "
           f"{wall:.0f} s in all; devices: "
-          f"{', '.join(sorted({str(r.get('device')) for r in rows if r.get('device')}))}.")
+          f"{', '.join(sorted({r['device'] for r in rows if r.get('device')})) or 'none'}.")
     print(markdown(rows))
     if args.json:
         with open(args.json, "w") as f:
