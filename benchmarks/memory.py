@@ -28,16 +28,20 @@ so that peaks do not mix. The worker imports the backend, builds the model
 and the optimizer's variables, then runs `--steps` training steps; before
 each step it returns the C heap's free pages (`malloc_trim`) and resets
 the process's peak-RSS counter (`/proc/self/clear_refs`), so each step's
-peak is its own. Columns, in MiB: `state`, the RSS the model and Adam's
-variables add to the imports; `1st step` (compilation included) and
-`step` (the largest of the later steps), the peak RSS of a step over
-`state`; `step / votes`, that peak in votes: how many vote-sized buffers
-a step holds at once (the gradient of `W` is one of them at `--batch 8`,
-where `W` has as many elements as the votes); `peak`, the worker's peak
-over its imports (`state` + the larger step), what the estimate predicts.
+peak is its own. Columns, in MiB over the imports: `est.`, the estimate
+below; `peak`, the worker's peak RSS; `(peak - 3 W) / votes`, what the
+peak holds besides `W` and Adam's two slots, in vote-sized buffers (the
+gradient of `W` is one of them at `--batch 8`, where `W` has as many
+elements as the votes; compiled code and runtime buffers are a few tens
+of MiB more, so small rows count high). Then the split of the peak:
+`state`, the RSS after building the model and Adam's variables; `1st
+step` (compilation included) and `step` (the largest of the later steps),
+the peak of a step over `state`. The split depends on what the allocator
+keeps (on JAX it moves by hundreds of MiB between runs); `peak` does not.
 On a GPU each worker also reports the device's peak over the built state
 (torch: `max_memory_allocated`, JAX: `peak_bytes_in_use`, TensorFlow:
-`get_memory_info`).
+`get_memory_info`); the votes then live on the device, so give a
+`--max-gib` that fits the device (the estimate then stands for its peak).
 
 The machine may be shared: before starting a worker the parent estimates
 its peak (`est.`, over imports; see `VOTE_FACTORS`) and skips a
@@ -214,6 +218,7 @@ def worker(config):
 
     backend = config["backend"]
     keras.ops.convert_to_numpy(keras.ops.ones(1))  # backend runtime up
+    release_free_memory()
     imports_mb = status_mb("VmRSS")
     model, data, labels = build_model(config)
     release_free_memory()
@@ -297,9 +302,10 @@ def summarise(row):
     over = [s["peak_rss_mb"] - row["built_mb"] for s in steps]
     row["first_step_mb"] = over[0]
     row["step_mb"] = max(over[1:]) if len(over) > 1 else over[0]
-    row["step_over_votes"] = row["step_mb"] * MIB / row["votes_bytes"]
-    # What the estimate predicts: the worker over its imports.
+    # What the estimate predicts: the worker's peak over its imports.
     row["measured_bytes"] = (row["built_mb"] - row["imports_mb"] + max(over)) * MIB
+    # Vote-sized buffers besides W and Adam's two slots.
+    row["copies"] = (row["measured_bytes"] - 3 * row["kernel_bytes"]) / row["votes_bytes"]
 
 
 def configurations(args):
@@ -342,8 +348,8 @@ def run(args):
             if row["votes_bytes"] >= CALIBRATION_MIB * MIB:
                 factor = max(factor, (row["measured_bytes"] - estimate_bytes(config, 0))
                              / row["votes_bytes"])
-            log(f"{name}: step {row['step_mb']:.0f} MiB over built "
-                f"({row['step_over_votes']:.1f} votes), {row['wall_s']:.0f} s")
+            log(f"{name}: peak {row['measured_bytes'] / MIB:.0f} MiB over imports "
+                f"({row['copies']:.1f} votes besides W and Adam), {row['wall_s']:.0f} s")
     return rows
 
 
@@ -365,7 +371,7 @@ def markdown(rows):
     gpu = any(r.get("device_peak_over_built_mb") is not None for r in rows)
     lines = [
         "| backend | compile | router | classes | children | votes MiB | W MiB | est. MiB "
-        "| state MiB | 1st step MiB | step MiB | step / votes | peak MiB |"
+        "| peak MiB | (peak - 3 W) / votes | state MiB | 1st step MiB | step MiB |"
         + (" device step MiB |" if gpu else ""),
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
         + (" ---: |" if gpu else ""),
@@ -379,9 +385,9 @@ def markdown(rows):
             lines.append(f"{head} {r.get('skipped') or 'failed: ' + r['error']} |"
                          + " |".join(cells) + " |")
             continue
-        line = (f"{head} {r['built_mb'] - r['imports_mb']:.0f} | {r['first_step_mb']:.0f} "
-                f"| {r['step_mb']:.0f} | {r['step_over_votes']:.1f} "
-                f"| {r['measured_bytes'] / MIB:.0f} |")
+        line = (f"{head} {r['measured_bytes'] / MIB:.0f} | {r['copies']:.1f} "
+                f"| {r['built_mb'] - r['imports_mb']:.0f} | {r['first_step_mb']:.0f} "
+                f"| {r['step_mb']:.0f} |")
         if gpu:
             device = r.get("device_peak_over_built_mb")
             line += f" {device:.0f} |" if device is not None else " |"
