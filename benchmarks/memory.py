@@ -78,6 +78,7 @@ VOTE_FACTORS = {
     ("tensorflow", "dynamic"): 8, ("tensorflow", "em"): 12,
     ("torch", "dynamic"): 6.5, ("torch", "em"): 12,
     ("jax", "dynamic"): 3, ("jax", "em"): 8,
+    ("tensorflow+xla", "dynamic"): 3, ("tensorflow+xla", "em"): 8,  # --tf-jit
 }
 DEFAULT_VOTE_FACTOR = 12
 CALIBRATION_MIB = 32
@@ -297,7 +298,8 @@ def run_worker(config, args):
 
 
 def summarise(row):
-    """Per-step peaks over `built` and the step's peak in votes."""
+    """Per-step peaks over `built`, the peak over imports and what it
+    holds besides W and Adam's slots, in votes."""
     steps = row["steps"]
     over = [s["peak_rss_mb"] - row["built_mb"] for s in steps]
     row["first_step_mb"] = over[0]
@@ -322,7 +324,8 @@ def configurations(args):
 def run(args):
     rows = []
     for backend, router, configs in configurations(args):
-        factor = VOTE_FACTORS.get((backend, router), DEFAULT_VOTE_FACTOR)
+        compiled = "tensorflow+xla" if backend == "tensorflow" and args.tf_jit else backend
+        factor = VOTE_FACTORS.get((compiled, router), DEFAULT_VOTE_FACTOR)
         for config in configs:
             row = dict(config, votes_bytes=votes_bytes(config), kernel_bytes=kernel_bytes(config))
             row["estimate_bytes"] = estimate_bytes(config, factor)
