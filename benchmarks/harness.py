@@ -150,11 +150,14 @@ class Worker:
             left = deadline - time.monotonic()
             wait = None if left == float("inf") else max(left, 0)  # None: no timeout
             ready, _, _ = select.select([fd], [], [], wait)
-            chunk = os.read(fd, 1 << 16) if ready else b""
-            if not chunk:
+            if not ready:
                 break
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:  # end of its stdout: it exited (maybe not reaped yet)
+                self._fail(timed_out=False)
+                return None
             self.buffer += chunk
-        self._fail(timed_out=self.proc.poll() is None)
+        self._fail(timed_out=True)
         return None
 
     def _fail(self, timed_out):
