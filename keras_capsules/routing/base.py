@@ -48,6 +48,30 @@ class Router(keras.layers.Layer):
     Shapes are checked when the router is built and on every call, before
     any computation: votes must be `(batch, in_caps, out_caps, dim)` and
     activations `(batch, in_caps)`.
+
+    Args:
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    Call arguments:
+        votes: `(batch, in_caps, out_caps, dim)`.
+        activations: optional `(batch, in_caps)`.
+        return_coefficients: also return the coupling coefficients.
+
+    Returns:
+        `(poses (batch, out_caps, dim), activations (batch, out_caps))`,
+        and the coefficients `(batch, in_caps, out_caps)` with
+        `return_coefficients=True`, in the layer's compute dtype.
+
+    Example (a router that averages the votes):
+
+    >>> class MeanRouting(keras_capsules.routing.Router):
+    ...     def route(self, votes, activations):
+    ...         poses = ops.mean(votes, axis=1)
+    ...         coefficients = ops.ones_like(votes[..., 0]) / votes.shape[2]
+    ...         return poses, keras_capsules.ops.safe_norm(poses), coefficients
+    >>> poses, lengths = MeanRouting()(ops.ones((2, 6, 3, 4)))
+    >>> tuple(poses.shape), ops.convert_to_numpy(lengths).round(3)[0]
+    ((2, 3, 4), array([2., 2., 2.], dtype=float32))
     """
 
     # Votes axes whose sizes the router's weights fix (see the docstring).
