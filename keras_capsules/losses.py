@@ -150,12 +150,11 @@ class SpreadLoss(keras.losses.Loss):
         name, reduction, dtype: as for every `keras.losses.Loss`.
 
     Call arguments:
-        y_true: one-hot labels `(batch, num_classes)`.
-        y_pred: class activations `(batch, num_classes)`.
-        sample_weight: optional `(batch,)` weights.
+        y_true, y_pred: one-hot labels and class activations, both
+            `(batch, num_classes)`; `sample_weight` optional, `(batch,)`.
 
     Returns:
-        the loss, a scalar (or `(batch,)` with `reduction=None`).
+        the reduced loss: a scalar, `(batch,)` with `reduction=None`.
 
     Example (`model.compile(loss=keras_capsules.losses.SpreadLoss())` for
     a model whose outputs are class activations):

@@ -55,7 +55,7 @@ def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-7):
     Example:
 
     >>> x = keras.ops.array([[3.0, 4.0], [0.0, 0.0]])
-    >>> ops.convert_to_numpy(keras_capsules.ops.safe_norm(x)).round(4).tolist()
+    >>> [round(float(n), 4) for n in ops.convert_to_numpy(keras_capsules.ops.safe_norm(x))]
     [5.0, 0.0003]
     """
     x, original = _upcast(x)

@@ -46,15 +46,12 @@ class BackboneCapsNet(CapsuleClassifier):
         capsule_dim: dimension of the primary capsules.
         class_capsule_dim: dimension of the class capsules.
         primary_kernel_size, primary_strides: the primary capsules' conv.
-        reconstruction: build the decoder and add the reconstruction loss
-            (off by default, see above).
-        reconstruction_weight: weight of the mean squared error.
-        decoder_units: hidden sizes of the decoder.
-        decoder_activation: activation of the decoder output (`"sigmoid"`
-            for images in [0, 1], `"linear"` for standardised images).
-        **kwargs: `keras.Model` arguments (`name`, `dtype`: the dtype
-            policy of the layers the model adds; the backbone keeps its
-            own, see `CapsuleClassifier`).
+        reconstruction: build the decoder and add its loss (off by
+            default, see above).
+        reconstruction_weight, decoder_units, decoder_activation: as in
+            `CapsuleClassifier`.
+        **kwargs: `keras.Model` arguments; `dtype` is the policy of the
+            layers the model adds (the backbone keeps its own).
 
     Call arguments:
         images: `(batch, *input_shape)`.
@@ -129,15 +126,10 @@ class BackboneCapsNet(CapsuleClassifier):
             self.primary_capsules, self.capsule_dim, self.primary_kernel_size,
             strides=self.primary_strides, name="primary", dtype=self.dtype_policy,
         )(x)
-        self.features = keras.Model(images, x, name="features")
-        self.digit_capsules = Capsule(
+        self._set_capsules(keras.Model(images, x, name="features"), Capsule(
             self.num_classes, self.class_capsule_dim, router=router,
             name="digit_capsules", dtype=self.dtype_policy,
-        )
-        self.digit_capsules.build(x.shape)
-        if self.reconstruction:
-            self.decoder = self._build_decoder(self.class_capsule_dim)
-        self.build((None, *self.image_shape))
+        ))
 
     def get_config(self):
         config = super().get_config()

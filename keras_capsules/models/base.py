@@ -39,13 +39,12 @@ class CapsuleClassifier(keras.Model):
     it builds, and saved in `get_config`, so a model keeps its policy
     after a `.keras` round trip whatever the global policy is then.
 
-    Subclasses pass the base arguments to `__init__`, then create
-    `self.features` (images -> child capsules `(batch, children, dim)`,
-    taking `training`), `self.digit_capsules` (a built
-    `keras_capsules.layers.Capsule` with one capsule per class), and, when
-    `self.reconstruction`, `self.decoder = self._build_decoder(capsule_dim)`,
-    each of their layers made with `dtype=self.dtype_policy`; they end
-    with `self.build((None, *self.image_shape))` and extend `get_config`.
+    Subclasses pass the base arguments to `__init__`, then call
+    `self._set_capsules(features, digit_capsules)` with `features` (a
+    model: images -> child capsules `(batch, children, dim)`, taking
+    `training`) and `digit_capsules` (a `keras_capsules.layers.Capsule`
+    with one capsule per class), each of their layers made with
+    `dtype=self.dtype_policy`; they extend `get_config`.
     `encode` may be overridden; `call`, `train_step`, `test_step`,
     `compute_loss` and `compute_metrics` should not.
 
@@ -76,12 +75,8 @@ class CapsuleClassifier(keras.Model):
     ...         images = keras.Input(self.image_shape)
     ...         children = keras_capsules.layers.PrimaryCapsule(
     ...             2, 4, 5, strides=2, dtype=self.dtype_policy)(images)
-    ...         self.features = keras.Model(images, children)
-    ...         self.digit_capsules = keras_capsules.layers.Capsule(
-    ...             3, 6, dtype=self.dtype_policy, name="digit_capsules")
-    ...         self.digit_capsules.build(children.shape)
-    ...         self.decoder = self._build_decoder(6)
-    ...         self.build((None, *self.image_shape))
+    ...         self._set_capsules(keras.Model(images, children), keras_capsules.layers.Capsule(
+    ...             3, 6, dtype=self.dtype_policy, name="digit_capsules"))
     >>> model = TinyCapsNet()
     >>> images = np.random.default_rng(0).uniform(size=(2, 12, 12, 1))
     >>> tuple(model(images).shape), tuple(model.reconstruct(images).shape)
@@ -126,6 +121,17 @@ class CapsuleClassifier(keras.Model):
         # runs its replicas' steps in interleaved threads; a plain list, set
         # past Keras's attribute tracking, which torch.compile traces as is.
         object.__setattr__(self, "_steps_running", [0])
+
+    def _set_capsules(self, features, digit_capsules):
+        """Sets `self.features` and `self.digit_capsules` (built for the
+        features' output), the decoder when `self.reconstruction`, and
+        builds the model: the end of a subclass's `__init__`."""
+        self.features = features
+        self.digit_capsules = digit_capsules
+        digit_capsules.build(features.output.shape)
+        if self.reconstruction:
+            self.decoder = self._build_decoder(digit_capsules.capsule_dim)
+        self.build((None, *self.image_shape))
 
     def _build_decoder(self, capsule_dim):
         dtype = self.dtype_policy

@@ -50,25 +50,20 @@ class CapsNet(CapsuleClassifier):
         router: the router of the class capsules, or its name or config
             (`keras_capsules.routing.get`); default `DynamicRouting()` (3
             iterations).
-        reconstruction: build the decoder and add the reconstruction loss.
-        reconstruction_weight: weight of the mean squared error.
+        reconstruction, reconstruction_weight: the decoder and the weight
+            of its loss, as in `CapsuleClassifier`.
         conv_filters: filters of the first convolution (256 in the paper).
         primary_capsules: primary capsule types (32).
         primary_dim: dimension of the primary capsules (8).
         capsule_dim: dimension of the class capsules (16).
-        decoder_units: hidden sizes of the decoder.
-        decoder_activation: activation of the decoder output (`"sigmoid"`
-            for images in [0, 1], `"linear"` for standardised images).
-        **kwargs: `keras.Model` arguments (`name`, `dtype`: the dtype
-            policy of every layer, see `CapsuleClassifier`).
+        decoder_units, decoder_activation, **kwargs (`name`, `dtype`): as
+            in `CapsuleClassifier`.
 
     Call arguments:
-        images: `(batch, height, width, channels)`.
-        training: whether the layers run in training mode.
+        images: `(batch, *input_shape)`; `training` as for any model.
 
     Returns:
-        class scores `(batch, num_classes)`: the lengths of the class
-        capsules.
+        the lengths of the class capsules, `(batch, num_classes)`.
 
     Example (a small CapsNet; the defaults are the paper's):
 
@@ -119,15 +114,10 @@ class CapsNet(CapsuleClassifier):
             self.primary_capsules, self.primary_dim, 9, strides=2, name="primary", dtype=dtype,
             kernel_initializer=_truncated_normal(0.01), bias_initializer=_BIAS,
         )(x)
-        self.features = keras.Model(images, x, name="features")
-        self.digit_capsules = Capsule(
+        self._set_capsules(keras.Model(images, x, name="features"), Capsule(
             self.num_classes, self.capsule_dim, router=router, dtype=dtype,
             kernel_initializer=_truncated_normal(0.01), name="digit_capsules",
-        )
-        self.digit_capsules.build(x.shape)
-        if self.reconstruction:
-            self.decoder = self._build_decoder(self.capsule_dim)
-        self.build((None, *self.image_shape))
+        ))
 
     def get_config(self):
         config = super().get_config()

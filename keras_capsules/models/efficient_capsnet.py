@@ -148,21 +148,16 @@ class EfficientCapsNet(CapsuleClassifier):
         num_classes: number of classes.
         router: the router of the class capsules, or its name or config
             (`keras_capsules.routing.get`); default `SelfAttentionRouting()`.
-        reconstruction: build the decoder and add the reconstruction loss.
-        reconstruction_weight: weight of the mean squared error.
-        decoder_units: hidden sizes of the decoder.
-        decoder_activation: activation of the decoder output (`"sigmoid"`
-            for images in [0, 1], `"linear"` for standardised images).
-        **kwargs: `keras.Model` arguments (`name`, `dtype`: the dtype
-            policy of every layer, see `CapsuleClassifier`).
+        reconstruction, reconstruction_weight, decoder_units,
+            decoder_activation, **kwargs (`name`, `dtype`): as in
+            `CapsuleClassifier`.
 
     Call arguments:
-        images: `(batch, height, width, channels)`.
-        training: whether the layers run in training mode (BatchNorm).
+        images: `(batch, *input_shape)`.
+        training: BatchNormalization's mode.
 
     Returns:
-        class scores `(batch, num_classes)`: the lengths of the class
-        capsules.
+        class scores `(batch, num_classes)` (capsule lengths).
 
     Example (16x16 images; the defaults are MNIST's):
 
@@ -205,16 +200,11 @@ class EfficientCapsNet(CapsuleClassifier):
             x = keras.layers.BatchNormalization(name=f"bn{i + 1}", dtype=dtype)(x)
             x = keras.layers.ReLU(name=f"relu{i + 1}", dtype=dtype)(x)
         x = DepthwisePrimaryCapsule(16, 8, name="primary", dtype=dtype)(x)
-        self.features = keras.Model(images, x, name="features")
         router = SelfAttentionRouting(dtype=dtype) if router is None else router
-        self.digit_capsules = Capsule(
+        self._set_capsules(keras.Model(images, x, name="features"), Capsule(
             self.num_classes, 16, router=router, kernel_initializer="he_normal",
             name="digit_capsules", dtype=dtype,
-        )
-        self.digit_capsules.build(x.shape)
-        if self.reconstruction:
-            self.decoder = self._build_decoder(16)
-        self.build((None, *self.image_shape))
+        ))
 
     def count_encoder_params(self):
         """Trainable parameters without the decoder: the paper's count."""

@@ -42,9 +42,8 @@ class SelfAttentionRouting(Router):
         return_coefficients: also return `C`.
 
     Returns:
-        `(poses (batch, out_caps, dim), activations (batch, out_caps))`;
-        then `C` `(batch, in_caps, out_caps)` with
-        `return_coefficients=True`.
+        poses `(batch, out_caps, dim)` and their lengths `(batch,
+        out_caps)` (and `C`, `(batch, in_caps, out_caps)`, when asked).
 
     Example:
 

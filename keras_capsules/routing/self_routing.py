@@ -55,7 +55,7 @@ class SelfRouting(Router):
     ...                             keras.random.uniform((2, 16)))
     >>> tuple(poses.shape), tuple(activations.shape)
     ((2, 10, 8), (2, 10))
-    >>> float(ops.convert_to_numpy(activations).round(3).max())  # uniform at init: 1 / 10
+    >>> round(float(ops.convert_to_numpy(activations).max()), 3)  # uniform at init: 1 / 10
     0.1
 
     Reference: Hahn, Pyeon & Kim, "Self-Routing Capsule Networks",
