@@ -258,7 +258,21 @@ class CapsuleClassifier(keras.Model):
 
 
 def one_hot_labels(y, num_classes):
-    """Class ids `(batch,)` or one-hot `(batch, num_classes)` -> float32 one-hot."""
+    """Class ids `(batch,)` or one-hot `(batch, num_classes)` -> float32 one-hot.
+
+    Args:
+        y: labels, ids `(batch,)` (or `(batch, 1)`) or one-hot.
+        num_classes: the number of classes.
+
+    Returns:
+        float32 one-hot labels `(batch, num_classes)`.
+
+    Example:
+
+    >>> from keras_capsules.models.base import one_hot_labels
+    >>> ops.convert_to_numpy(one_hot_labels(np.array([2, 0]), 3)).tolist()
+    [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+    """
     if len(y.shape) == 2 and y.shape[-1] == num_classes:
         return ops.cast(y, "float32")
     return ops.one_hot(ops.cast(ops.reshape(y, (-1,)), "int32"), num_classes)

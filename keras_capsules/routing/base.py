@@ -158,7 +158,20 @@ class Router(keras.layers.Layer):
 
 
 def check_votes_shape(votes_shape, name):
-    """Raises a clear error unless `votes_shape` is `(batch, in, out, dim)`."""
+    """Raises a clear error unless `votes_shape` is `(batch, in, out, dim)`.
+
+    Args:
+        votes_shape: a shape tuple.
+        name: the router's class name, for the message.
+
+    Example:
+
+    >>> from keras_capsules.routing.base import check_votes_shape
+    >>> check_votes_shape((2, 6, 3), "DynamicRouting")
+    Traceback (most recent call last):
+        ...
+    ValueError: DynamicRouting expects votes of shape (batch, in_caps, out_caps, dim). Received: votes.shape=(2, 6, 3)
+    """
     if len(votes_shape) != 4:
         raise ValueError(
             f"{name} expects votes of shape (batch, in_caps, out_caps, dim). "
@@ -169,7 +182,19 @@ def check_votes_shape(votes_shape, name):
 def check_activations_shape(name, of, shape, activations_shape):
     """Raises unless activations are `(batch, in_caps)` for the `of` tensor
     (votes or poses) of shape `(batch, in_caps, ...)`; sizes that are `None`
-    match anything."""
+    match anything.
+
+    Args:
+        name: the router's or layer's class name, for the message.
+        of: `"votes"` or `"poses"`, for the message.
+        shape: the shape of that tensor.
+        activations_shape: the activations' shape, or `None` (no check).
+
+    Example:
+
+    >>> from keras_capsules.routing.base import check_activations_shape
+    >>> check_activations_shape("EMRouting", "votes", (2, 6, 3, 16), (None, 6))  # passes
+    """
     if activations_shape is None:
         return
     activations_shape, shape = tuple(activations_shape), tuple(shape)
