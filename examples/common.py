@@ -141,7 +141,8 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True  # Keras checks it after every step
 
 
-# Training images from which torch.compile pays for itself (CapsNet, see below).
+# Training images from which torch.compile pays for itself (CapsNet, see
+# resolve_jit_compile).
 TORCH_COMPILE_MIN_IMAGES = 80_000
 
 
@@ -150,28 +151,18 @@ def resolve_jit_compile(flag, backend=None, xla_on_cpu=False, torch_compile=Fals
     """`--jit-compile` -> `model.compile(jit_compile=...)`.
 
     `"auto"` picks what measured faster for the train step
-    (`benchmarks/train_step.py`, 2-core CPU, Keras 3.15.1; images/s, median
-    of 3 interleaved rounds):
+    (`benchmarks/train_step.py`; figures in `benchmarks/README.md`):
 
     - torch: `torch.compile` when `torch_compile` (the model measured faster
-      compiled) and the run trains on at least `TORCH_COMPILE_MIN_IMAGES`
-      images, else eager. CapsNet, after 10 warm-up steps: 65.4 images/s
-      compiled against 56.3 eager at batch 32 (0.08 s saved per step), 62.7
-      against 49.4 at batch 128 (0.55 s); but compiling the train and test
-      steps took ~200 s (a `--smoke --jit-compile true` run), the first ~10
-      steps recompile (1.5-2.4 s each instead of 0.7): repaid after ~2,500
-      steps at batch 32 (80k images) and ~360 at batch 128 (46k).
-      Efficient-CapsNet is faster eager (239 against 183 images/s at batch
-      32), so its examples never compile on torch.
-    - TensorFlow: XLA when `xla_on_cpu`, else Keras's own `"auto"`, which
-      uses XLA only with a GPU. Both CapsNet examples set it: the CapsNet
-      trained at 9.3 images/s with XLA and 3.1 without (loaded machine);
-      Efficient-CapsNet, whose strided conv is slices + matmul on TF CPU
-      (`StridedConv2D`), at 396 images/s with XLA and 273 without (batch 32;
-      343 and 206 at batch 128; quiet machine).
-    - JAX: Keras's `"auto"`, i.e. jit (CapsNet 7.5 images/s on the loaded
-      machine; Efficient-CapsNet 55 jitted, 30 op by op, before its convs
-      became slices + matmul on JAX, then 215 at batch 32).
+      compiled: CapsNet) and the run trains on at least
+      `TORCH_COMPILE_MIN_IMAGES` images, enough to repay the compilation
+      time and the first steps' recompilations; else eager.
+      Efficient-CapsNet is faster eager, so its examples never compile on
+      torch.
+    - TensorFlow: XLA when `xla_on_cpu` (both CapsNet examples set it:
+      they train faster with XLA on CPU), else Keras's own `"auto"`, which
+      uses XLA only with a GPU.
+    - JAX: Keras's `"auto"`, i.e. jit.
     """
     if flag != "auto":
         return flag == "true"

@@ -2,6 +2,13 @@
 
 Layers and routers are written with `keras.ops` only and run unchanged on
 TensorFlow, PyTorch and JAX.
+
+Example (32 capsules of dimension 8 routed to 10 capsules of dimension 16):
+
+>>> import keras_capsules as kc
+>>> capsules = kc.Capsule(10, 16, router="dynamic")
+>>> tuple(capsules(np.zeros((2, 32, 8), "float32")).shape)
+(2, 10, 16)
 """
 
 __version__ = "0.1.0"

@@ -30,13 +30,19 @@ class SpreadLossMarginScheduler(keras.callbacks.Callback):
         end: the margin from step `steps` on, `> 0`.
         steps: number of training steps of the ramp, `>= 1`.
 
-    Example:
+    Example (a tiny model; `steps` is usually some epochs' worth):
 
+    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, "sigmoid")])
     >>> loss = keras_capsules.losses.SpreadLoss()
     >>> model.compile(optimizer="adam", loss=loss)
     >>> scheduler = keras_capsules.callbacks.SpreadLossMarginScheduler(
-    ...     loss, start=0.2, end=0.9, steps=10 * steps_per_epoch)
-    >>> model.fit(x, y, epochs=10, callbacks=[scheduler])
+    ...     loss, start=0.2, end=0.9, steps=4)
+    >>> x, y = np.ones((4, 4)), np.eye(3)[[0, 1, 2, 0]]
+    >>> history = model.fit(x, y, batch_size=2, epochs=2, callbacks=[scheduler], verbose=0)
+    >>> [round(m, 2) for m in history.history["margin"]]  # before steps 1 and 3
+    [0.38, 0.73]
+    >>> round(scheduler.margin_at(4), 2)
+    0.9
 
     Reference: Hinton, Sabour & Frosst, "Matrix capsules with EM routing",
     ICLR 2018 (section 3).
@@ -56,7 +62,7 @@ class SpreadLossMarginScheduler(keras.callbacks.Callback):
         self.steps = positive_int(steps, "steps")
 
     def margin_at(self, step):
-        """The margin before training step `step`."""
+        """The margin before training step `step`, a Python float."""
         return self.start + (self.end - self.start) * min(step / self.steps, 1.0)
 
     def set_model(self, model):

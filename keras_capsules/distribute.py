@@ -32,15 +32,19 @@ one process at `B`. BatchNormalization statistics are global on JAX (one
 global array), per replica on TensorFlow (unless the layer is built with
 `synchronized=True`) and per process on torch.
 
-Example (each process runs this; `images`, `labels` hold the whole data):
+Example (each process runs this, started by a launcher such as
+`torchrun`; `images`, `labels` hold the whole data; not a doctest, as it
+takes several processes):
 
->>> with keras_capsules.distribute.scope() as cluster:  # Before any TF/JAX op.
-...     dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(64)
-...     model = keras_capsules.models.EfficientCapsNet((28, 28, 1), 10)
-...     model.compile(optimizer="adam", metrics=["accuracy"])
-...     keras_capsules.distribute.fit(model, dataset, epochs=5)
-...     if cluster.is_chief:
-...         model.save("model.keras")
+```python
+with keras_capsules.distribute.scope() as cluster:  # Before any TF/JAX op.
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(64)
+    model = keras_capsules.models.EfficientCapsNet((28, 28, 1), 10)
+    model.compile(optimizer="adam", metrics=["accuracy"])
+    keras_capsules.distribute.fit(model, dataset, epochs=5)
+    if cluster.is_chief:
+        model.save("model.keras")
+```
 """
 
 import contextlib
@@ -66,6 +70,12 @@ class Cluster:
         replicas: model replicas in sync (devices over all processes).
         engine: the backend object driving it: a `tf.distribute.Strategy`,
             a `keras.distribution.DataParallel`, or the torch device.
+
+    Example:
+
+    >>> cluster = keras_capsules.distribute.Cluster("jax", num_processes=2, process_id=1)
+    >>> cluster.is_chief, cluster.multi_process
+    (False, True)
     """
 
     backend: str
@@ -84,7 +94,26 @@ class Cluster:
 
 
 def launcher_environment(backend=None, environ=None):
-    """The multi-process launcher settings found in the environment, or None."""
+    """The multi-process launcher settings found in the environment, or None.
+
+    Args:
+        backend: the Keras backend; default the current one.
+        environ: the environment mapping; default `os.environ`.
+
+    Returns:
+        a dict of the launcher's variables for `backend` (see the module
+        docstring), or `None` outside a multi-process launch. Raises a
+        `ValueError` when only some of JAX's three variables are set.
+
+    Example:
+
+    >>> keras_capsules.distribute.launcher_environment("jax", {
+    ...     "JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234", "JAX_NUM_PROCESSES": "2",
+    ...     "JAX_PROCESS_ID": "1", "HOME": "/root"})
+    {'JAX_COORDINATOR_ADDRESS': '10.0.0.1:1234', 'JAX_NUM_PROCESSES': '2', 'JAX_PROCESS_ID': '1'}
+    >>> keras_capsules.distribute.launcher_environment("torch", {}) is None
+    True
+    """
     backend = backend or keras.backend.backend()
     environ = os.environ if environ is None else environ
     if backend == "torch" and all(k in environ for k in TORCH_VARIABLES):
@@ -109,6 +138,12 @@ def scope():
     Build and compile the model inside it. On JAX and TensorFlow call it
     before anything else runs on the backend (the engines must start
     before the runtime does).
+
+    Returns:
+        a context manager yielding this process's `Cluster`.
+
+    Example: see the module docstring (it needs a launcher, or a fresh
+    process, so it is not run here).
     """
     backend = keras.backend.backend()
     launcher = launcher_environment(backend)
@@ -220,6 +255,17 @@ def fit(model, x, y=None, batch_size=None, epochs=1, steps_per_epoch=None,
     under `MultiWorkerMirroredStrategy` (Keras 3's `fit` fails there:
     keras-team/keras#20585). `callbacks` and `validation_data` work as in
     `model.fit` there too.
+
+    Args:
+        model: a compiled `keras.Model`, built in `scope()`.
+        x, y, batch_size, epochs, steps_per_epoch, callbacks,
+            validation_data, validation_steps, verbose: as for
+            `model.fit`; `batch_size` is the global batch size.
+
+    Returns:
+        the `keras.callbacks.History` of the run.
+
+    Example: see the module docstring.
     """
     loop = _multi_process_loop(model)
     if loop is None:
@@ -232,7 +278,19 @@ def fit(model, x, y=None, batch_size=None, epochs=1, steps_per_epoch=None,
 
 
 def evaluate(model, x, y=None, batch_size=None, steps=None):
-    """`model.evaluate(..., return_dict=True)` in a `scope()`, on global batches."""
+    """`model.evaluate(..., return_dict=True)` in a `scope()`, on global batches.
+
+    Args:
+        model: a compiled `keras.Model`, built in `scope()`.
+        x, y, batch_size, steps: as for `model.evaluate`; `batch_size` is
+            the global batch size.
+
+    Returns:
+        a dict of the loss and metrics, averaged over all processes.
+
+    Example: `keras_capsules.distribute.evaluate(model, test_dataset)` in
+    the module docstring's `scope()`.
+    """
     loop = _multi_process_loop(model)
     if loop is None:
         return model.evaluate(x, y, batch_size=batch_size, steps=steps, verbose=0,
@@ -268,6 +326,25 @@ def local_batches(x, y=None, batch_size=None, num_processes=1, process_id=0):
     `keras.distribution` does on JAX and `MultiWorkerMirroredStrategy`'s
     DATA sharding does. Arrays on torch go through `DistributedSampler` and
     a `DataLoader` of the local batch size, as in the Keras guide.
+
+    Args:
+        x: a batched `tf.data.Dataset` of `(inputs, labels)`, or inputs.
+        y: labels when `x` is an array.
+        batch_size: the global batch size (arrays only), a multiple of
+            `num_processes`.
+        num_processes, process_id: the processes, and this one.
+
+    Returns:
+        an iterator of `(inputs, labels)` local batches of `batch_size /
+        num_processes` examples.
+
+    Example (process 1 of 2, global batches of 4):
+
+    ```python
+    for inputs, labels in local_batches(images, labels, batch_size=4,
+                                        num_processes=2, process_id=1):
+        ...  # inputs: (2, ...), examples 2-3, 6-7, ... of `images`
+    ```
     """
     if y is not None and keras.backend.backend() == "torch":
         import torch

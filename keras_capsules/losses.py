@@ -29,11 +29,25 @@ class MarginLoss(keras.losses.Loss):
         down_weight: weight of the absent-class term (lambda in the
             paper), `>= 0`.
         class_reduction: `"sum"` or `"mean"` over classes.
+        name, reduction, dtype: as for every `keras.losses.Loss`.
 
-    Example:
+    Call arguments:
+        y_true: one-hot labels `(batch, num_classes)`.
+        y_pred: capsule lengths `(batch, num_classes)`.
+        sample_weight: optional `(batch,)` weights.
+
+    Returns:
+        the loss, a scalar (or `(batch,)` with `reduction=None`).
+
+    Example (`model.compile(loss=keras_capsules.losses.MarginLoss())`
+    for a model whose outputs are capsule lengths):
 
     >>> loss = keras_capsules.losses.MarginLoss()
-    >>> model.compile(optimizer="adam", loss=loss)  # y_pred: capsule lengths
+    >>> y_true = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> y_pred = np.array([[0.8, 0.3], [0.5, 0.95]])
+    >>> # (0.1^2 + 0.5 * 0.2^2 + 0.5 * 0.4^2 + 0) / 2
+    >>> round(float(ops.convert_to_numpy(loss(y_true, y_pred))), 4)
+    0.055
 
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
     NeurIPS 2017.
@@ -133,11 +147,24 @@ class SpreadLoss(keras.losses.Loss):
 
     Args:
         margin: the initial margin, `> 0`.
+        name, reduction, dtype: as for every `keras.losses.Loss`.
 
-    Example:
+    Call arguments:
+        y_true, y_pred: one-hot labels and class activations, both
+            `(batch, num_classes)`; `sample_weight` optional, `(batch,)`.
 
-    >>> loss = keras_capsules.losses.SpreadLoss(margin=0.2)
-    >>> model.compile(optimizer="adam", loss=loss)  # y_pred: class activations
+    Returns:
+        the reduced loss: a scalar, `(batch,)` with `reduction=None`.
+
+    Example (`model.compile(loss=keras_capsules.losses.SpreadLoss())` for
+    a model whose outputs are class activations):
+
+    >>> loss = keras_capsules.losses.SpreadLoss(margin=0.5)
+    >>> y_true = np.array([[1.0, 0.0, 0.0]])
+    >>> y_pred = np.array([[0.6, 0.3, 0.9]])
+    >>> # relu(0.5 - 0.3)^2 + relu(0.5 + 0.3)^2 = 0.04 + 0.64
+    >>> round(float(ops.convert_to_numpy(loss(y_true, y_pred))), 4)
+    0.68
 
     Reference: Hinton, Sabour & Frosst, "Matrix capsules with EM routing",
     ICLR 2018.

@@ -12,7 +12,20 @@ _HALF_DTYPES = ("float16", "bfloat16")
 
 
 def compute_dtype_for(dtype):
-    """The dtype to do numerically sensitive work in: float32 for half inputs."""
+    """The dtype to do numerically sensitive work in: float32 for half inputs.
+
+    Args:
+        dtype: a dtype or its name.
+
+    Returns:
+        `"float32"` for `float16` and `bfloat16`, else the standardised
+        `dtype` itself.
+
+    Example:
+
+    >>> keras_capsules.ops.compute_dtype_for("bfloat16")
+    'float32'
+    """
     dtype = keras.backend.standardize_dtype(dtype)
     return "float32" if dtype in _HALF_DTYPES else dtype
 
@@ -36,7 +49,14 @@ def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-7):
             at `x = 0`.
 
     Returns:
-        The norm, in the dtype of `x`.
+        The norm, shape of `x` without `axis` (size 1 there with
+        `keepdims`), in the dtype of `x`.
+
+    Example:
+
+    >>> x = keras.ops.array([[3.0, 4.0], [0.0, 0.0]])
+    >>> [round(float(n), 4) for n in ops.convert_to_numpy(keras_capsules.ops.safe_norm(x))]
+    [5.0, 0.0003]
     """
     x, original = _upcast(x)
     norm = ops.sqrt(ops.sum(ops.square(x), axis=axis, keepdims=keepdims) + epsilon)
@@ -50,12 +70,25 @@ def squash(x, axis=-1, epsilon=1e-7):
     `n2 = sum(x^2, axis)`: short vectors shrink towards 0, long ones
     towards unit length, the direction is kept.
 
-    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
-    NeurIPS 2017.
+    Args:
+        x: capsule poses, e.g. `(batch, capsules, dim)`.
+        axis: the capsule dimension.
+        epsilon: added under the square root; keeps the gradient finite
+            at `x = 0`.
+
+    Returns:
+        squashed poses, the shape and dtype of `x` (computed in float32
+        for half inputs).
 
     Example:
 
-    >>> keras_capsules.ops.squash(keras.ops.ones((2, 4)))  # lengths 0.8
+    >>> y = keras_capsules.ops.squash(keras.ops.ones((2, 4)))  # norm 2 -> 0.8
+    >>> ops.convert_to_numpy(y).round(3)
+    array([[0.4, 0.4, 0.4, 0.4],
+           [0.4, 0.4, 0.4, 0.4]], dtype=float32)
+
+    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
+    NeurIPS 2017.
     """
     x, original = _upcast(x)
     n2 = ops.sum(ops.square(x), axis=axis, keepdims=True)
@@ -68,6 +101,21 @@ def efficient_squash(x, axis=-1, epsilon=1e-7):
 
     `efficient_squash(x) = (1 - 1 / exp(n)) * x / n` with
     `n = safe_norm(x, axis, epsilon)`.
+
+    Args:
+        x: capsule poses, e.g. `(batch, capsules, dim)`.
+        axis: the capsule dimension.
+        epsilon: added under the square root of the norm.
+
+    Returns:
+        squashed poses, the shape and dtype of `x`, of length
+        `1 - exp(-n)` (computed in float32 for half inputs).
+
+    Example:
+
+    >>> y = keras_capsules.ops.efficient_squash(keras.ops.ones((1, 4)))
+    >>> ops.convert_to_numpy(keras_capsules.ops.safe_norm(y)).round(3)  # 1 - exp(-2)
+    array([0.865], dtype=float32)
 
     Reference: Mazzia, Salvetti & Chiaberge, "Efficient-CapsNet: capsule
     network with self-attention routing", Scientific Reports 2021.
@@ -100,10 +148,19 @@ def sparsemax(x, axis=-1):
     has more than one element: its threshold sums every cumulative sum of
     the support instead of taking the k_z-th (keras-team/keras#23425).
 
+    Args:
+        x: logits.
+        axis: the axis to project along.
+
+    Returns:
+        probabilities, the shape and dtype of `x`, summing to 1 along
+        `axis`.
+
     Example:
 
-    >>> keras_capsules.ops.sparsemax(keras.ops.array([1.0, 0.5, -1.0]))
-    # [0.75, 0.25, 0.0]
+    >>> y = keras_capsules.ops.sparsemax(keras.ops.array([1.0, 0.5, -1.0]))
+    >>> ops.convert_to_numpy(y).round(3)
+    array([0.75, 0.25, 0.  ], dtype=float32)
 
     Reference: Martins & Astudillo, "From Softmax to Sparsemax: A Sparse
     Model of Attention and Multi-Label Classification", ICML 2016.
@@ -137,8 +194,25 @@ def sparsemax(x, axis=-1):
 
 def masked_softmax(x, keep, axis=-1):
     """Softmax over the entries where `keep` is true; the others are
-    exactly 0 (and get no gradient). Each slice needs one kept entry.
-    Computed in float32 for half inputs."""
+    exactly 0 (and get no gradient).
+
+    Args:
+        x: logits.
+        keep: boolean, broadcastable to `x`; each slice along `axis` needs
+            one true entry.
+        axis: the softmax axis.
+
+    Returns:
+        probabilities, the shape and dtype of `x` (computed in float32 for
+        half inputs).
+
+    Example:
+
+    >>> x = keras.ops.array([1.0, 2.0, 3.0])
+    >>> y = keras_capsules.ops.masked_softmax(x, keras.ops.array([True, True, False]))
+    >>> ops.convert_to_numpy(y).round(3)
+    array([0.269, 0.731, 0.   ], dtype=float32)
+    """
     x, original = _upcast(x)
     keep = ops.broadcast_to(keep, ops.shape(x))
     lowest = ops.min(ops.stop_gradient(x)) - 1.0
@@ -150,10 +224,23 @@ def masked_softmax(x, keep, axis=-1):
 def top_k_softmax(x, k, mask=None):
     """Softmax over the `k` largest entries of the last axis; others are 0.
 
-    `mask` (boolean, broadcastable to `x`), when given, excludes entries
-    before the top-k selection (they are never kept). Entries tied with
-    the k-th largest value are all kept. Computed in float32 for half
-    inputs.
+    Entries tied with the k-th largest value are all kept.
+
+    Args:
+        x: logits.
+        k: how many entries of each slice to keep, `1 <= k <= x.shape[-1]`.
+        mask: optional boolean, broadcastable to `x`: entries where it is
+            false are excluded before the top-k selection (never kept).
+
+    Returns:
+        probabilities, the shape and dtype of `x` (computed in float32 for
+        half inputs).
+
+    Example:
+
+    >>> y = keras_capsules.ops.top_k_softmax(keras.ops.array([1.0, 3.0, 2.0]), 2)
+    >>> ops.convert_to_numpy(y).round(3)
+    array([0.   , 0.731, 0.269], dtype=float32)
     """
     x, original = _upcast(x)
     if mask is None:
@@ -179,13 +266,24 @@ def householder_orthogonal(v, rows, cols):
     for any `v`, at every training step, without projection or penalty.
 
     Vectorised over the leading axes; only the `n` reflections are a loop.
-    Computed in float32 for half-precision `v`, returned in `v`'s dtype.
+
+    Args:
+        v: reflection normals `(..., n, n)`, `n = max(rows, cols)`.
+        rows, cols: the shape of each matrix.
+
+    Returns:
+        matrices `(..., rows, cols)` with orthonormal rows or columns, in
+        `v`'s dtype (computed in float32 for half-precision `v`).
 
     Example:
 
     >>> v = keras.random.normal((10, 16, 16))
-    >>> keras_capsules.ops.householder_orthogonal(v, 8, 16).shape   # W W^T = I
+    >>> w = keras_capsules.ops.householder_orthogonal(v, 8, 16)
+    >>> tuple(w.shape)
     (10, 8, 16)
+    >>> w = ops.convert_to_numpy(w)
+    >>> np.allclose(w @ w.transpose(0, 2, 1), np.eye(8), atol=1e-5)  # W W^T = I
+    True
 
     Reference: Geng et al., "OrthCaps: An Orthogonal CapsNet with Sparse
     Attention Routing and Pruning", CVPR 2024; Mhammedi et al., "Efficient

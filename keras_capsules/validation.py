@@ -4,6 +4,16 @@ Each raises a `ValueError` that names the argument and the value received,
 at construction or build time, before any computation. Any integral number
 (`3`, `np.int64(3)`) is an int, any real number (`0.5`, `np.float32(0.5)`)
 a float; `bool` is neither, as a flag passed by mistake is never a size.
+
+Example:
+
+>>> from keras_capsules.validation import positive_int
+>>> positive_int(np.int64(3), "iterations")
+3
+>>> positive_int(0, "iterations")
+Traceback (most recent call last):
+    ...
+ValueError: `iterations` must be a positive integer. Received: iterations=0
 """
 
 import math

@@ -46,17 +46,33 @@ class BackboneCapsNet(CapsuleClassifier):
         capsule_dim: dimension of the primary capsules.
         class_capsule_dim: dimension of the class capsules.
         primary_kernel_size, primary_strides: the primary capsules' conv.
-        reconstruction, reconstruction_weight, decoder_units,
-            decoder_activation: the decoder, as in `CapsNet`.
+        reconstruction: build the decoder and add its loss (off by
+            default, see above).
+        reconstruction_weight, decoder_units, decoder_activation: as in
+            `CapsuleClassifier`.
+        **kwargs: `keras.Model` arguments; `dtype` is the policy of the
+            layers the model adds (the backbone keeps its own).
 
-    Example:
+    Call arguments:
+        images: `(batch, *input_shape)`.
+        training: whether the layers (the backbone's too) run in training
+            mode.
 
-    >>> backbone = keras.applications.ResNet50(include_top=False, weights=None,
-    ...                                         input_shape=(224, 224, 3))
-    >>> model = keras_capsules.models.BackboneCapsNet(backbone, 102)
-    >>> model.compile(optimizer="adam", metrics=["accuracy"])
-    >>> model.fit(images, labels)                 # labels: class ids
-    >>> scores = model.predict(images)            # (batch, 102) lengths
+    Returns:
+        class scores `(batch, num_classes)`: the lengths of the class
+        capsules.
+
+    Example (a tiny backbone; `keras.applications.ResNet50(include_top=False,
+    weights=None, input_shape=(224, 224, 3))` is used the same way):
+
+    >>> backbone = keras.Sequential([keras.Input((12, 12, 3)),
+    ...                              keras.layers.Conv2D(8, 3, strides=2)])
+    >>> model = keras_capsules.models.BackboneCapsNet(
+    ...     backbone, 5, primary_capsules=4, capsule_dim=4, class_capsule_dim=8)
+    >>> model.features.output_shape        # 5 x 5 positions x 4 capsule types
+    (None, 100, 4)
+    >>> tuple(model(np.zeros((2, 12, 12, 3))).shape)
+    (2, 5)
 
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
     NeurIPS 2017 (primary and routed class capsules, margin loss).
@@ -108,17 +124,12 @@ class BackboneCapsNet(CapsuleClassifier):
             )
         x = PrimaryCapsule(
             self.primary_capsules, self.capsule_dim, self.primary_kernel_size,
-            strides=self.primary_strides, name="primary",
+            strides=self.primary_strides, name="primary", dtype=self.dtype_policy,
         )(x)
-        self.features = keras.Model(images, x, name="features")
-        self.digit_capsules = Capsule(
+        self._set_capsules(keras.Model(images, x, name="features"), Capsule(
             self.num_classes, self.class_capsule_dim, router=router,
-            name="digit_capsules",
-        )
-        self.digit_capsules.build(x.shape)
-        if self.reconstruction:
-            self.decoder = self._build_decoder(self.class_capsule_dim)
-        self.build((None, *self.image_shape))
+            name="digit_capsules", dtype=self.dtype_policy,
+        ))
 
     def get_config(self):
         config = super().get_config()

@@ -31,20 +31,59 @@ class CapsuleClassifier(keras.Model):
     The compiled metrics see the scores. Called by hand with the scores,
     `compute_loss(x, y, model(x))` encodes `x` again for the poses.
 
-    The decoder ends in `decoder_activation`: `"sigmoid"` for images in
-    [0, 1], `"linear"` for standardised images.
-
     Labels may be integer class ids `(batch,)` or one-hot `(batch,
     num_classes)`; the compiled loss receives them one-hot.
 
-    Subclasses pass the base arguments to `__init__`, then create
-    `self.features` (images -> child capsules `(batch, children, dim)`,
-    taking `training`), `self.digit_capsules` (a built
-    `keras_capsules.layers.Capsule` with one capsule per class), and, when
-    `self.reconstruction`, `self.decoder = self._build_decoder(capsule_dim)`;
-    they end with `self.build((None, *self.image_shape))` and extend
-    `get_config`. `encode` may be overridden; `call`, `train_step`,
-    `test_step`, `compute_loss` and `compute_metrics` should not.
+    Dtype policy: the model's `dtype` (a policy name such as
+    `"mixed_float16"`, default the global policy) is passed to every layer
+    it builds, and saved in `get_config`, so a model keeps its policy
+    after a `.keras` round trip whatever the global policy is then.
+
+    Subclasses pass the base arguments to `__init__`, then call
+    `self._set_capsules(features, digit_capsules)` with `features` (a
+    model: images -> child capsules `(batch, children, dim)`, taking
+    `training`) and `digit_capsules` (a `keras_capsules.layers.Capsule`
+    with one capsule per class), each of their layers made with
+    `dtype=self.dtype_policy`; they extend `get_config`.
+    `encode` may be overridden; `call`, `train_step`, `test_step`,
+    `compute_loss` and `compute_metrics` should not.
+
+    Args:
+        input_shape: image shape `(height, width, channels)`.
+        num_classes: number of classes (class capsules).
+        reconstruction: build the decoder and add the reconstruction loss.
+        reconstruction_weight: weight of the mean squared error, `>= 0`.
+        decoder_units: hidden sizes of the decoder (ReLU `Dense` layers).
+        decoder_activation: activation of the decoder output: `"sigmoid"`
+            for images in [0, 1], `"linear"` for standardised images.
+        **kwargs: `keras.Model` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        images: `(batch, height, width, channels)`.
+        training: whether the layers run in training mode.
+
+    Returns:
+        class scores `(batch, num_classes)`, the lengths of the class
+        capsules (`(scores, poses (batch, num_classes, capsule_dim))`
+        inside `train_step`, `test_step` and `loss_outputs()`).
+
+    Example:
+
+    >>> class TinyCapsNet(keras_capsules.models.CapsuleClassifier):
+    ...     def __init__(self, **kwargs):
+    ...         super().__init__((12, 12, 1), 3, decoder_units=(8,), **kwargs)
+    ...         images = keras.Input(self.image_shape)
+    ...         children = keras_capsules.layers.PrimaryCapsule(
+    ...             2, 4, 5, strides=2, dtype=self.dtype_policy)(images)
+    ...         self._set_capsules(keras.Model(images, children), keras_capsules.layers.Capsule(
+    ...             3, 6, dtype=self.dtype_policy, name="digit_capsules"))
+    >>> model = TinyCapsNet()
+    >>> images = np.random.default_rng(0).uniform(size=(2, 12, 12, 1))
+    >>> tuple(model(images).shape), tuple(model.reconstruct(images).shape)
+    ((2, 3), (2, 12, 12, 1))
+
+    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
+    NeurIPS 2017 (margin loss and the label-masked reconstruction).
     """
 
     def __init__(
@@ -73,8 +112,8 @@ class CapsuleClassifier(keras.Model):
         # installed) into every torch and JAX process, ~250 MiB of RSS.
         self.decoder_activation = (decoder_activation if isinstance(decoder_activation, str)
                                    else keras.activations.serialize(activation))
-        self.scores = Length(name="scores")
-        self.mask = Mask(name="mask")
+        self.scores = Length(name="scores", dtype=self.dtype_policy)
+        self.mask = Mask(name="mask", dtype=self.dtype_policy)
         self.margin_loss = MarginLoss()
         self.reconstruction_loss = keras.losses.MeanSquaredError()
         # > 0 while train_step or test_step runs (traces, on TF and JAX):
@@ -83,14 +122,27 @@ class CapsuleClassifier(keras.Model):
         # past Keras's attribute tracking, which torch.compile traces as is.
         object.__setattr__(self, "_steps_running", [0])
 
+    def _set_capsules(self, features, digit_capsules):
+        """Sets `self.features` and `self.digit_capsules` (built for the
+        features' output), the decoder when `self.reconstruction`, and
+        builds the model: the end of a subclass's `__init__`."""
+        self.features = features
+        self.digit_capsules = digit_capsules
+        digit_capsules.build(features.output.shape)
+        if self.reconstruction:
+            self.decoder = self._build_decoder(digit_capsules.capsule_dim)
+        self.build((None, *self.image_shape))
+
     def _build_decoder(self, capsule_dim):
+        dtype = self.dtype_policy
         layers = [keras.Input((self.num_classes * capsule_dim,))]
-        layers += [keras.layers.Dense(u, activation="relu") for u in self.decoder_units]
+        layers += [keras.layers.Dense(u, activation="relu", dtype=dtype)
+                   for u in self.decoder_units]
         layers += [
             keras.layers.Dense(
-                int(np.prod(self.image_shape)), activation=self.decoder_activation
+                int(np.prod(self.image_shape)), activation=self.decoder_activation, dtype=dtype
             ),
-            keras.layers.Reshape(self.image_shape),
+            keras.layers.Reshape(self.image_shape, dtype=dtype),
         ]
         return keras.Sequential(layers, name="decoder")
 
@@ -193,20 +245,34 @@ class CapsuleClassifier(keras.Model):
         return layer.router(layer.votes(children), None, return_coefficients=True)[2]
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "input_shape": self.image_shape,
-            "num_classes": self.num_classes,
-            "reconstruction": self.reconstruction,
-            "reconstruction_weight": self.reconstruction_weight,
-            "decoder_units": self.decoder_units,
-            "decoder_activation": self.decoder_activation,
-        }
+        config = super().get_config()  # name, trainable, dtype (the policy)
+        config.update(
+            input_shape=self.image_shape,
+            num_classes=self.num_classes,
+            reconstruction=self.reconstruction,
+            reconstruction_weight=self.reconstruction_weight,
+            decoder_units=self.decoder_units,
+            decoder_activation=self.decoder_activation,
+        )
+        return config
 
 
 def one_hot_labels(y, num_classes):
-    """Class ids `(batch,)` or one-hot `(batch, num_classes)` -> float32 one-hot."""
+    """Class ids `(batch,)` or one-hot `(batch, num_classes)` -> float32 one-hot.
+
+    Args:
+        y: labels, ids `(batch,)` (or `(batch, 1)`) or one-hot.
+        num_classes: the number of classes.
+
+    Returns:
+        float32 one-hot labels `(batch, num_classes)`.
+
+    Example:
+
+    >>> from keras_capsules.models.base import one_hot_labels
+    >>> ops.convert_to_numpy(one_hot_labels(np.array([2, 0]), 3)).tolist()
+    [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+    """
     if len(y.shape) == 2 and y.shape[-1] == num_classes:
         return ops.cast(y, "float32")
     return ops.one_hot(ops.cast(ops.reshape(y, (-1,)), "int32"), num_classes)

@@ -6,6 +6,7 @@ from keras_capsules.layers._common import serialize_router
 from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.models.base import CapsuleClassifier
+from keras_capsules.validation import positive_int
 
 
 # Sabour et al.'s code: see "Initialisation" in the CapsNet docstring.
@@ -49,20 +50,32 @@ class CapsNet(CapsuleClassifier):
         router: the router of the class capsules, or its name or config
             (`keras_capsules.routing.get`); default `DynamicRouting()` (3
             iterations).
-        reconstruction: build the decoder and add the reconstruction loss.
-        reconstruction_weight: weight of the mean squared error.
-        conv_filters, primary_capsules, primary_dim, capsule_dim: layer
-            sizes (256, 32, 8 and 16 in the paper).
-        decoder_units: hidden sizes of the decoder.
-        decoder_activation: activation of the decoder output (`"sigmoid"`
-            for images in [0, 1], `"linear"` for standardised images).
+        reconstruction, reconstruction_weight: the decoder and the weight
+            of its loss, as in `CapsuleClassifier`.
+        conv_filters: filters of the first convolution (256 in the paper).
+        primary_capsules: primary capsule types (32).
+        primary_dim: dimension of the primary capsules (8).
+        capsule_dim: dimension of the class capsules (16).
+        decoder_units, decoder_activation, **kwargs (`name`, `dtype`): as
+            in `CapsuleClassifier`.
 
-    Example:
+    Call arguments:
+        images: `(batch, *input_shape)`; `training` as for any model.
 
-    >>> model = keras_capsules.models.CapsNet()
+    Returns:
+        the lengths of the class capsules, `(batch, num_classes)`.
+
+    Example (a small CapsNet; the defaults are the paper's):
+
+    >>> model = keras_capsules.models.CapsNet(
+    ...     (20, 20, 1), num_classes=3, conv_filters=8, primary_capsules=2,
+    ...     primary_dim=4, capsule_dim=4, decoder_units=(8,))
+    >>> rng = np.random.default_rng(0)
+    >>> images, labels = rng.uniform(size=(4, 20, 20, 1)), np.array([0, 1, 2, 0])
     >>> model.compile(optimizer="adam", metrics=["accuracy"])
-    >>> model.fit(images, labels, batch_size=128)   # labels: class ids
-    >>> scores = model.predict(images)              # (batch, 10) lengths
+    >>> history = model.fit(images, labels, batch_size=4, verbose=0)  # class ids
+    >>> model.predict(images, verbose=0).shape                        # lengths
+    (4, 3)
 
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
     NeurIPS 2017.
@@ -87,28 +100,24 @@ class CapsNet(CapsuleClassifier):
             input_shape, num_classes, reconstruction, reconstruction_weight,
             decoder_units, decoder_activation, **kwargs,
         )
-        self.conv_filters = conv_filters
-        self.primary_capsules = primary_capsules
-        self.primary_dim = primary_dim
-        self.capsule_dim = capsule_dim
+        self.conv_filters = positive_int(conv_filters, "conv_filters")
+        self.primary_capsules = positive_int(primary_capsules, "primary_capsules")
+        self.primary_dim = positive_int(primary_dim, "primary_dim")
+        self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
+        dtype = self.dtype_policy
         images = keras.Input(self.image_shape)
         x = keras.layers.Conv2D(
-            conv_filters, 9, activation="relu", name="conv",
+            self.conv_filters, 9, activation="relu", name="conv", dtype=dtype,
             kernel_initializer=_truncated_normal(0.05), bias_initializer=_BIAS,
         )(images)
         x = PrimaryCapsule(
-            primary_capsules, primary_dim, 9, strides=2, name="primary",
+            self.primary_capsules, self.primary_dim, 9, strides=2, name="primary", dtype=dtype,
             kernel_initializer=_truncated_normal(0.01), bias_initializer=_BIAS,
         )(x)
-        self.features = keras.Model(images, x, name="features")
-        self.digit_capsules = Capsule(
-            num_classes, capsule_dim, router=router,
+        self._set_capsules(keras.Model(images, x, name="features"), Capsule(
+            self.num_classes, self.capsule_dim, router=router, dtype=dtype,
             kernel_initializer=_truncated_normal(0.01), name="digit_capsules",
-        )
-        self.digit_capsules.build(x.shape)
-        if self.reconstruction:
-            self.decoder = self._build_decoder(capsule_dim)
-        self.build((None, *self.image_shape))
+        ))
 
     def get_config(self):
         config = super().get_config()

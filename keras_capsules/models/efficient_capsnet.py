@@ -30,22 +30,51 @@ class DepthwisePrimaryCapsule(keras.layers.Layer):
         num_capsules: number of primary capsules (16 in the paper).
         capsule_dim: their dimension (8 in the paper); the input must have
             `num_capsules * capsule_dim` channels.
+        kernel_initializer, bias_initializer: initializers of the
+            depthwise kernel `k` `(height, width, channels)` and the bias
+            `(channels,)`.
+        kernel_regularizer, bias_regularizer: optional regularizers of them.
+        kernel_constraint, bias_constraint: optional constraints on them.
+
+    Call arguments:
+        inputs: a feature map `(batch, height, width, num_capsules *
+            capsule_dim)` of known height and width.
+
+    Returns:
+        capsules `(batch, num_capsules, capsule_dim)`, of length < 1.
 
     Example:
 
-    >>> x = keras.Input((9, 9, 128))
-    >>> DepthwisePrimaryCapsule(16, 8)(x).shape
-    (None, 16, 8)
+    >>> layer = keras_capsules.models.DepthwisePrimaryCapsule(4, 2)
+    >>> capsules = layer(keras.random.normal((2, 5, 5, 8)))
+    >>> tuple(capsules.shape), tuple(layer.kernel.shape)
+    ((2, 4, 2), (5, 5, 8))
 
     Reference: Mazzia, Salvetti & Chiaberge, "Efficient-CapsNet: capsule
     network with self-attention routing", Scientific Reports 11, 2021.
     """
 
-    def __init__(self, num_capsules, capsule_dim, kernel_initializer="he_normal", **kwargs):
+    def __init__(
+        self,
+        num_capsules,
+        capsule_dim,
+        kernel_initializer="he_normal",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
 
     def build(self, input_shape):
         channels = self.num_capsules * self.capsule_dim
@@ -55,9 +84,13 @@ class DepthwisePrimaryCapsule(keras.layers.Layer):
                 f"{channels}) feature map. Received: input_shape={tuple(input_shape)}"
             )
         self.kernel = self.add_weight(
-            name="kernel", shape=tuple(input_shape[1:]), initializer=self.kernel_initializer
+            name="kernel", shape=tuple(input_shape[1:]), initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
         )
-        self.bias = self.add_weight(name="bias", shape=(channels,), initializer="zeros")
+        self.bias = self.add_weight(
+            name="bias", shape=(channels,), initializer=self.bias_initializer,
+            regularizer=self.bias_regularizer, constraint=self.bias_constraint,
+        )
 
     def call(self, inputs):
         # A broadcast product and sum, not einsum("bhwc,hwc->bc"): TensorFlow
@@ -74,6 +107,11 @@ class DepthwisePrimaryCapsule(keras.layers.Layer):
             num_capsules=self.num_capsules,
             capsule_dim=self.capsule_dim,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+            bias_regularizer=keras.regularizers.serialize(self.bias_regularizer),
+            kernel_constraint=keras.constraints.serialize(self.kernel_constraint),
+            bias_constraint=keras.constraints.serialize(self.bias_constraint),
         )
         return config
 
@@ -110,17 +148,23 @@ class EfficientCapsNet(CapsuleClassifier):
         num_classes: number of classes.
         router: the router of the class capsules, or its name or config
             (`keras_capsules.routing.get`); default `SelfAttentionRouting()`.
-        reconstruction: build the decoder and add the reconstruction loss.
-        reconstruction_weight: weight of the mean squared error.
-        decoder_units: hidden sizes of the decoder.
-        decoder_activation: activation of the decoder output (`"sigmoid"`
-            for images in [0, 1], `"linear"` for standardised images).
+        reconstruction, reconstruction_weight, decoder_units,
+            decoder_activation, **kwargs (`name`, `dtype`): as in
+            `CapsuleClassifier`.
 
-    Example:
+    Call arguments:
+        images: `(batch, *input_shape)`.
+        training: BatchNormalization's mode.
 
-    >>> model = keras_capsules.models.EfficientCapsNet((28, 28, 1), 10)
-    >>> model.compile(optimizer=keras.optimizers.Adam(5e-4), metrics=["accuracy"])
-    >>> model.fit(images, labels, batch_size=16)
+    Returns:
+        class scores `(batch, num_classes)` (capsule lengths).
+
+    Example (16x16 images; the defaults are MNIST's):
+
+    >>> model = keras_capsules.models.EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,))
+    >>> images = np.random.default_rng(0).uniform(size=(2, 16, 16, 1))
+    >>> tuple(model(images).shape), model.count_encoder_params()
+    ((2, 3), 138160)
 
     Reference: Mazzia, Salvetti & Chiaberge, "Efficient-CapsNet: capsule
     network with self-attention routing", Scientific Reports 11, 2021.
@@ -141,30 +185,26 @@ class EfficientCapsNet(CapsuleClassifier):
             input_shape, num_classes, reconstruction, reconstruction_weight,
             decoder_units, decoder_activation, **kwargs,
         )
+        dtype = self.dtype_policy
         images = keras.Input(self.image_shape)
         x = images
         for i, (filters, kernel, stride) in enumerate(
             [(32, 5, 1), (64, 3, 1), (64, 3, 1), (128, 3, 2)]
         ):
-            # StridedConv2D: Conv2D, computed as slices + one matmul where
-            # XLA's CPU convolution is slow (JAX: 3x faster train step).
+            # StridedConv2D: a Conv2D computed as `implementation="auto"`
+            # picks (see keras_capsules.conv.resolve_implementation).
             x = StridedConv2D(
                 filters, kernel, strides=stride, kernel_initializer="he_normal",
-                name=f"conv{i + 1}",
+                name=f"conv{i + 1}", dtype=dtype,
             )(x)
-            x = keras.layers.BatchNormalization(name=f"bn{i + 1}")(x)
-            x = keras.layers.ReLU(name=f"relu{i + 1}")(x)
-        x = DepthwisePrimaryCapsule(16, 8, name="primary")(x)
-        self.features = keras.Model(images, x, name="features")
-        router = SelfAttentionRouting() if router is None else router
-        self.digit_capsules = Capsule(
-            num_classes, 16, router=router, kernel_initializer="he_normal",
-            name="digit_capsules",
-        )
-        self.digit_capsules.build(x.shape)
-        if self.reconstruction:
-            self.decoder = self._build_decoder(16)
-        self.build((None, *self.image_shape))
+            x = keras.layers.BatchNormalization(name=f"bn{i + 1}", dtype=dtype)(x)
+            x = keras.layers.ReLU(name=f"relu{i + 1}", dtype=dtype)(x)
+        x = DepthwisePrimaryCapsule(16, 8, name="primary", dtype=dtype)(x)
+        router = SelfAttentionRouting(dtype=dtype) if router is None else router
+        self._set_capsules(keras.Model(images, x, name="features"), Capsule(
+            self.num_classes, 16, router=router, kernel_initializer="he_normal",
+            name="digit_capsules", dtype=dtype,
+        ))
 
     def count_encoder_params(self):
         """Trainable parameters without the decoder: the paper's count."""

@@ -52,10 +52,9 @@ class MatrixCapsNet(keras.Model):
     capsule layers route with `EMRouting(iterations)` (valid padding, as
     in the paper's Figure 1). `call` and `predict` return the class
     activations; `encode` returns `[poses (batch, num_classes, 16),
-    activations]`. The first convolution is a `StridedConv2D`, which on
-    JAX and TensorFlow on CPU computes the strided conv as slices + one
-    matmul (`implementation="auto"`; XLA's own strided-conv gradient is
-    ~20x slower there).
+    activations]`. The first convolution is a `StridedConv2D` (how it is
+    computed: `implementation`, see
+    `keras_capsules.conv.resolve_implementation`).
 
     Training takes `(image, label)` pairs with class ids or one-hot labels:
     `compute_loss` one-hot encodes the labels and applies the compiled
@@ -101,16 +100,34 @@ class MatrixCapsNet(keras.Model):
             class votes (the paper's coordinate addition).
         margin: initial margin of the model's own `SpreadLoss`.
         implementation: `"auto"`, `"conv"`, `"matmul"` or `"hybrid"`, how the strided
-            first convolution is computed (see `StridedConv2D`).
+            first convolution is computed (the rule:
+            `keras_capsules.conv.resolve_implementation`).
+        **kwargs: `keras.Model` arguments (`name`, `dtype`: the dtype
+            policy of every layer, kept by `get_config`).
 
-    Example:
+    Call arguments:
+        images: `(batch, height, width, channels)`.
+        training: whether the layers run in training mode.
 
-    >>> model = keras_capsules.models.MatrixCapsNet()
+    Returns:
+        class activations `(batch, num_classes)`, in (0, 1).
+
+    Example (small sizes; training as below, with the margin raised from
+    0.2 to 0.9 over the first steps):
+
+    >>> model = keras_capsules.models.MatrixCapsNet(
+    ...     conv_filters=4, primary_capsules=2, conv_capsules1=2,
+    ...     conv_capsules2=2, iterations=1)
+    >>> rng = np.random.default_rng(0)
+    >>> images, labels = rng.normal(size=(4, 32, 32, 2)), np.array([0, 1, 2, 3])
     >>> model.compile(optimizer=keras.optimizers.Adam(3e-3), metrics=["accuracy"])
     >>> scheduler = keras_capsules.callbacks.SpreadLossMarginScheduler(
-    ...     model.spread_loss, start=0.2, end=0.9, steps=10 * steps_per_epoch)
-    >>> model.fit(images, labels, epochs=20, callbacks=[scheduler])
-    >>> activations = model.predict(images)          # (batch, 5)
+    ...     model.spread_loss, start=0.2, end=0.9, steps=2)
+    >>> history = model.fit(images, labels, batch_size=2, callbacks=[scheduler], verbose=0)
+    >>> round(float(ops.convert_to_numpy(model.spread_loss.margin)), 2)  # set for step 1
+    0.55
+    >>> model.predict(images, verbose=0).shape
+    (4, 5)
 
     Reference: Hinton, Sabour & Frosst, "Matrix capsules with EM routing",
     ICLR 2018.
@@ -153,30 +170,33 @@ class MatrixCapsNet(keras.Model):
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
         self.spread_loss = SpreadLoss(self.margin)
 
+        dtype = self.dtype_policy
         images = keras.Input(self.image_shape)
         x = StridedConv2D(
-            self.conv_filters, 5, strides=2, activation="relu", implementation=implementation,
-            name="conv",
+            self.conv_filters, 5, strides=2, activation="relu",
+            implementation=self.implementation, name="conv", dtype=dtype,
         )(images)
         capsules = PrimaryMatrixCapsule(
-            self.primary_capsules, 1, name="primary_capsules"
+            self.primary_capsules, 1, name="primary_capsules", dtype=dtype
         )(x)
         capsules = ConvMatrixCapsule(
-            self.conv_capsules1, 3, strides=2, router=self._router(), name="conv_capsules1"
+            self.conv_capsules1, 3, strides=2, router=self._router(), name="conv_capsules1",
+            dtype=dtype,
         )(capsules)
         capsules = ConvMatrixCapsule(
-            self.conv_capsules2, 3, strides=1, router=self._router(), name="conv_capsules2"
+            self.conv_capsules2, 3, strides=1, router=self._router(), name="conv_capsules2",
+            dtype=dtype,
         )(capsules)
         outputs = ClassMatrixCapsule(
             self.num_classes, router=self._router(),
-            coordinate_addition=self.coordinate_addition, name="class_capsules",
+            coordinate_addition=self.coordinate_addition, name="class_capsules", dtype=dtype,
         )(capsules)
         self.network = keras.Model(images, outputs, name="matrix_capsules")
         self.build((None, *self.image_shape))
 
     def _router(self):
         if self.router_config is None:
-            return EMRouting(iterations=self.iterations)
+            return EMRouting(iterations=self.iterations, dtype=self.dtype_policy)
         return self.router_config  # each layer deserialises its own copy
 
     def build(self, input_shape=None):
@@ -197,21 +217,21 @@ class MatrixCapsNet(keras.Model):
         return ops.sum(ops.stack(losses))
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "input_shape": self.image_shape,
-            "num_classes": self.num_classes,
-            "conv_filters": self.conv_filters,
-            "primary_capsules": self.primary_capsules,
-            "conv_capsules1": self.conv_capsules1,
-            "conv_capsules2": self.conv_capsules2,
-            "iterations": self.iterations,
-            "router": self.router_config,
-            "coordinate_addition": self.coordinate_addition,
-            "margin": self.margin,
-            "implementation": self.implementation,
-        }
+        config = super().get_config()  # name, trainable, dtype (the policy)
+        config.update(
+            input_shape=self.image_shape,
+            num_classes=self.num_classes,
+            conv_filters=self.conv_filters,
+            primary_capsules=self.primary_capsules,
+            conv_capsules1=self.conv_capsules1,
+            conv_capsules2=self.conv_capsules2,
+            iterations=self.iterations,
+            router=self.router_config,
+            coordinate_addition=self.coordinate_addition,
+            margin=self.margin,
+            implementation=self.implementation,
+        )
+        return config
 
     @classmethod
     def from_config(cls, config):

@@ -29,19 +29,57 @@ _BY_NAME = {**_ROUTERS, **{cls.__name__: cls for cls in _ROUTERS.values()}}
 
 
 def names():
-    """The router names `get` accepts, sorted: `("dynamic", "em", ...)`."""
+    """The router names `get` accepts, sorted.
+
+    Returns:
+        a tuple of names (`get` also takes the class names).
+
+    Example:
+
+    >>> keras_capsules.routing.names()[:3]
+    ('dynamic', 'em', 'inverted_dot_product')
+    """
     return tuple(sorted(_ROUTERS))
 
 
 def serialize(router):
-    """A router's config dict: `keras.saving.serialize_keras_object(router)`."""
+    """A router's config dict: `keras.saving.serialize_keras_object(router)`.
+
+    Args:
+        router: a `Router`.
+
+    Returns:
+        a JSON-serialisable dict, for `deserialize`.
+
+    Example:
+
+    >>> config = keras_capsules.routing.serialize(
+    ...     keras_capsules.routing.DynamicRouting(iterations=2))
+    >>> config["registered_name"], config["config"]["iterations"]
+    ('keras_capsules>DynamicRouting', 2)
+    """
     return keras.saving.serialize_keras_object(router)
 
 
 def deserialize(config, custom_objects=None):
     """The router of a config dict: one from `serialize`, or a short one,
     `{"class_name": "dynamic", "config": {...}}` (a name of `names()` or a
-    router class name; `"config"` optional)."""
+    router class name; `"config"` optional).
+
+    Args:
+        config: the dict.
+        custom_objects: as for `keras.saving.deserialize_keras_object`.
+
+    Returns:
+        a new `Router`.
+
+    Example:
+
+    >>> router = keras_capsules.routing.deserialize(
+    ...     {"class_name": "em", "config": {"iterations": 2}})
+    >>> type(router).__name__, router.iterations
+    ('EMRouting', 2)
+    """
     class_name = config.get("class_name") if isinstance(config, dict) else None
     if (isinstance(class_name, str) and "registered_name" not in config
             and keras.saving.get_registered_object(class_name) is None):
@@ -59,13 +97,21 @@ def get(identifier):
     - a dict -> `deserialize(identifier)`;
     - a `Router` subclass -> a new instance; a `Router` -> itself.
 
+    Raises a `ValueError` naming `router` for anything else.
+
+    Args:
+        identifier: the name, dict, class, instance or `None`.
+
+    Returns:
+        a `Router`, or `None`.
+
     Example:
 
-    >>> keras_capsules.routing.get("em")
-    <EMRouting name=em_routing, built=False>
-    >>> keras_capsules.layers.Capsule(10, 16, router="self_attention")
-
-    Raises a `ValueError` naming `router` for anything else.
+    >>> type(keras_capsules.routing.get("em")).__name__
+    'EMRouting'
+    >>> layer = keras_capsules.layers.Capsule(10, 16, router="self_attention")
+    >>> type(layer.router).__name__
+    'SelfAttentionRouting'
     """
     if identifier is None:
         return None

@@ -48,6 +48,30 @@ class Router(keras.layers.Layer):
     Shapes are checked when the router is built and on every call, before
     any computation: votes must be `(batch, in_caps, out_caps, dim)` and
     activations `(batch, in_caps)`.
+
+    Args:
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    Call arguments:
+        votes: `(batch, in_caps, out_caps, dim)`.
+        activations: optional `(batch, in_caps)`.
+        return_coefficients: also return the coupling coefficients.
+
+    Returns:
+        `(poses (batch, out_caps, dim), activations (batch, out_caps))`,
+        and the coefficients `(batch, in_caps, out_caps)` with
+        `return_coefficients=True`, in the layer's compute dtype.
+
+    Example (a router that averages the votes):
+
+    >>> class MeanRouting(keras_capsules.routing.Router):
+    ...     def route(self, votes, activations):
+    ...         poses = ops.mean(votes, axis=1)
+    ...         coefficients = ops.ones_like(votes[..., 0]) / votes.shape[2]
+    ...         return poses, keras_capsules.ops.safe_norm(poses), coefficients
+    >>> poses, lengths = MeanRouting()(ops.ones((2, 6, 3, 4)))
+    >>> tuple(poses.shape), ops.convert_to_numpy(lengths).round(3)[0]
+    ((2, 3, 4), array([2., 2., 2.], dtype=float32))
     """
 
     # Votes axes whose sizes the router's weights fix (see the docstring).
@@ -134,7 +158,20 @@ class Router(keras.layers.Layer):
 
 
 def check_votes_shape(votes_shape, name):
-    """Raises a clear error unless `votes_shape` is `(batch, in, out, dim)`."""
+    """Raises a clear error unless `votes_shape` is `(batch, in, out, dim)`.
+
+    Args:
+        votes_shape: a shape tuple.
+        name: the router's class name, for the message.
+
+    Example:
+
+    >>> from keras_capsules.routing.base import check_votes_shape
+    >>> check_votes_shape((2, 6, 3), "DynamicRouting")
+    Traceback (most recent call last):
+        ...
+    ValueError: DynamicRouting expects votes of shape (batch, in_caps, out_caps, dim). Received: votes.shape=(2, 6, 3)
+    """
     if len(votes_shape) != 4:
         raise ValueError(
             f"{name} expects votes of shape (batch, in_caps, out_caps, dim). "
@@ -145,7 +182,19 @@ def check_votes_shape(votes_shape, name):
 def check_activations_shape(name, of, shape, activations_shape):
     """Raises unless activations are `(batch, in_caps)` for the `of` tensor
     (votes or poses) of shape `(batch, in_caps, ...)`; sizes that are `None`
-    match anything."""
+    match anything.
+
+    Args:
+        name: the router's or layer's class name, for the message.
+        of: `"votes"` or `"poses"`, for the message.
+        shape: the shape of that tensor.
+        activations_shape: the activations' shape, or `None` (no check).
+
+    Example:
+
+    >>> from keras_capsules.routing.base import check_activations_shape
+    >>> check_activations_shape("EMRouting", "votes", (2, 6, 3, 16), (None, 6))  # passes
+    """
     if activations_shape is None:
         return
     activations_shape, shape = tuple(activations_shape), tuple(shape)

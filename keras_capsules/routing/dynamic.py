@@ -47,13 +47,27 @@ class DynamicRouting(Router):
         step_size: multiplies each logit update, `> 0`.
         stop_gradient: stop gradients through the votes in every iteration
             but the last.
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    Call arguments:
+        votes: `u`, `(batch, in_caps, out_caps, dim)`.
+        activations: optional `(batch, in_caps)`, checked and ignored.
+        return_coefficients: also return `c`.
+
+    Returns:
+        `(poses, activations)`: `v` `(batch, out_caps, dim)` and its
+        lengths `(batch, out_caps)`; then `c` `(batch, in_caps, out_caps)`
+        with `return_coefficients=True`.
 
     Example:
 
     >>> router = keras_capsules.routing.DynamicRouting(iterations=3)
-    >>> poses, lengths = router(keras.random.normal((2, 1152, 10, 16)))
-    >>> poses.shape, lengths.shape
-    ((2, 10, 16), (2, 10))
+    >>> votes = keras.random.normal((2, 32, 10, 16))
+    >>> poses, lengths, c = router(votes, return_coefficients=True)
+    >>> tuple(poses.shape), tuple(lengths.shape), tuple(c.shape)
+    ((2, 10, 16), (2, 10), (2, 32, 10))
+    >>> float(ops.convert_to_numpy(ops.sum(c, axis=-1)).round(3).min())  # softmax over parents
+    1.0
 
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
     NeurIPS 2017 (Procedure 1).

@@ -57,14 +57,30 @@ class EMRouting(Router):
         inverse_temperature: `None` (the schedule above), a number (a
             constant `lambda`), or a sequence of `iterations` numbers.
         epsilon: variance floor, `> 0`.
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    `beta_u` and `beta_a` are the router's own per-parent offsets (zeros,
+    no regularizer or constraint arguments: they are not kernels).
+
+    Call arguments:
+        votes: `V`, `(batch, in_caps, out_caps, P)`, e.g. `P = 16` for
+            flattened 4x4 pose matrices.
+        activations: `a_in`, `(batch, in_caps)`; `None` means ones.
+        return_coefficients: also return `R`.
+
+    Returns:
+        `(mu (batch, out_caps, P), a_out (batch, out_caps))`; then `R`
+        `(batch, in_caps, out_caps)` with `return_coefficients=True`.
 
     Example:
 
     >>> router = keras_capsules.routing.EMRouting(iterations=3)
     >>> votes = keras.random.normal((2, 72, 5, 16))
     >>> poses, activations = router(votes, keras.random.uniform((2, 72)))
-    >>> poses.shape, activations.shape
+    >>> tuple(poses.shape), tuple(activations.shape)
     ((2, 5, 16), (2, 5))
+    >>> [tuple(w.shape) for w in router.weights]   # beta_u, beta_a
+    [(5,), (5,)]
 
     Reference: Hinton, Sabour & Frosst, "Matrix capsules with EM routing",
     ICLR 2018 (Procedure 1).

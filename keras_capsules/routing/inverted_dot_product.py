@@ -36,11 +36,29 @@ class InvertedDotProductRouting(Router):
         iterations: number of pose updates, `>= 1` (the first one uses
             uniform coefficients).
         temperature: divides the agreement logits, `> 0`.
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    The scale and offset are the router's own LayerNorm weights (no
+    initializer, regularizer or constraint arguments: they are not
+    kernels).
+
+    Call arguments:
+        votes: `u`, `(batch, in_caps, out_caps, dim)`.
+        activations: optional `(batch, in_caps)`, checked and ignored.
+        return_coefficients: also return `r`.
+
+    Returns:
+        `(poses (batch, out_caps, dim), lengths (batch, out_caps))`; then
+        `r` `(batch, in_caps, out_caps)` with `return_coefficients=True`.
 
     Example:
 
     >>> router = keras_capsules.routing.InvertedDotProductRouting(iterations=3)
     >>> poses, lengths = router(keras.random.normal((2, 16, 10, 8)))
+    >>> tuple(poses.shape), tuple(lengths.shape)
+    ((2, 10, 8), (2, 10))
+    >>> bool(np.abs(ops.convert_to_numpy(ops.mean(poses, axis=-1))).max() < 1e-5)  # LayerNorm
+    True
 
     Reference: Tsai, Srivastava, Goh & Salakhutdinov, "Capsules with Inverted
     Dot-Product Attention Routing", ICLR 2020.

@@ -31,11 +31,26 @@ class SelfAttentionRouting(Router):
     Args:
         temperature: divides the logits before the softmax, `> 0`.
         use_priors: learn the priors `B`; needs a known `in_caps`.
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    `B` is the router's own weight (zeros, no regularizer or constraint
+    arguments: it is not a kernel).
+
+    Call arguments:
+        votes: `u`, `(batch, in_caps, out_caps, dim)`.
+        activations: optional `(batch, in_caps)`, checked and ignored.
+        return_coefficients: also return `C`.
+
+    Returns:
+        poses `(batch, out_caps, dim)` and their lengths `(batch,
+        out_caps)` (and `C`, `(batch, in_caps, out_caps)`, when asked).
 
     Example:
 
     >>> router = keras_capsules.routing.SelfAttentionRouting()
-    >>> poses, lengths = router(keras.random.normal((2, 16, 10, 16)))
+    >>> poses, lengths = router(keras.random.normal((2, 16, 10, 8)))
+    >>> tuple(poses.shape), tuple(lengths.shape), tuple(router.priors.shape)
+    ((2, 10, 8), (2, 10), (16, 10))
 
     Reference: Mazzia, Salvetti & Chiaberge, "Efficient-CapsNet: capsule
     network with self-attention routing", Scientific Reports 11, 2021.

@@ -32,11 +32,31 @@ class SelfRouting(Router):
     `u_ij = W_ij u_i` is scored with its own vector `w_ij` (and a bias
     `c_ij`). The paper's activations and pose averages are kept.
 
+    `w` and `c` are the router's own weights (`routing_kernel`,
+    `routing_bias`; zeros, no regularizer or constraint arguments).
+
+    Args:
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    Call arguments:
+        votes: `u`, `(batch, in_caps, out_caps, dim)`.
+        activations: `a`, `(batch, in_caps)`, or `None` (ones).
+        return_coefficients: also return `r`.
+
+    Returns:
+        `(poses (batch, out_caps, dim), activations (batch, out_caps))`;
+        then `r` `(batch, in_caps, out_caps)` with
+        `return_coefficients=True`.
+
     Example:
 
     >>> router = keras_capsules.routing.SelfRouting()
     >>> poses, activations = router(keras.random.normal((2, 16, 10, 8)),
     ...                             keras.random.uniform((2, 16)))
+    >>> tuple(poses.shape), tuple(activations.shape)
+    ((2, 10, 8), (2, 10))
+    >>> round(float(ops.convert_to_numpy(activations).max()), 3)  # uniform at init: 1 / 10
+    0.1
 
     Reference: Hahn, Pyeon & Kim, "Self-Routing Capsule Networks",
     NeurIPS 2019.

@@ -34,11 +34,27 @@ class SparseAttentionRouting(Router):
         top_k: `None` for sparsemax, or the number of parents each child
             routes to, `1 <= top_k <= out_caps`.
         temperature: divides the logits, `> 0`.
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    Call arguments:
+        votes: `u`, `(batch, in_caps, out_caps, dim)`.
+        activations: optional `(batch, in_caps)`, checked and ignored.
+        return_coefficients: also return the sparse `C`.
+
+    Returns:
+        `(poses (batch, out_caps, dim), lengths (batch, out_caps))`; then
+        `C` `(batch, in_caps, out_caps)` with `return_coefficients=True`.
 
     Example:
 
     >>> router = keras_capsules.routing.SparseAttentionRouting(top_k=2)
-    >>> poses, lengths = router(keras.random.normal((2, 16, 10, 8)))
+    >>> votes = keras.random.normal((2, 16, 10, 8))
+    >>> poses, lengths, c = router(votes, return_coefficients=True)
+    >>> tuple(poses.shape), tuple(lengths.shape)
+    ((2, 10, 8), (2, 10))
+    >>> c = ops.convert_to_numpy(c)
+    >>> int((c > 0).sum(-1).max()), float(c.sum(-1).round(3).min())  # 2 parents per child
+    (2, 1.0)
 
     Reference: Geng, Wang, Zhao, Ma & Yang, "OrthCaps: An Orthogonal CapsNet
     with Sparse Attention Routing and Pruning", CVPR 2024.

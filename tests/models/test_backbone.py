@@ -10,6 +10,7 @@ import pytest
 
 import keras_capsules as kc
 from keras_capsules.models import BackboneCapsNet
+from tests.models.test_base import check_policy_round_trip
 from tests.test_case import jit_compile_for_backend
 
 SHAPE = (12, 12, 3)
@@ -93,6 +94,17 @@ def test_mixed_precision(policy):
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(keras.ops.cast(loaded(images), "float32")),
         keras.ops.convert_to_numpy(keras.ops.cast(model(images), "float32")), rtol=1e-3)
+
+
+@pytest.mark.parametrize("given_as", ["argument", "global"])
+def test_dtype_policy_survives_keras_round_trip(given_as):
+    # The backbone keeps its own policy: made under the same one here.
+    def build(**kwargs):
+        backbone = keras.Sequential([keras.Input(SHAPE), keras.layers.Conv2D(
+            6, 3, strides=2, dtype=kwargs.get("dtype"))], name="tiny_backbone")
+        return tiny_model(backbone=backbone, reconstruction=True, **kwargs)
+
+    check_policy_round_trip(build, batch(n=2)[0], given_as)
 
 
 def test_layer_backbone_and_functional_use():

@@ -26,6 +26,57 @@ def tiny_efficient(**kwargs):
     return EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,), **kwargs)
 
 
+def round_trip(model):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.keras")
+        model.save(path)
+        return keras.saving.load_model(path, safe_mode=True)
+
+
+def leaf_layers(model):
+    """The layers under `model`, nested models opened, inputs left out."""
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            yield from leaf_layers(layer)
+        elif not isinstance(layer, keras.layers.InputLayer):
+            yield layer
+            if isinstance(getattr(layer, "router", None), keras.layers.Layer):
+                yield layer.router
+
+
+def check_policy_round_trip(build, images, given_as, policy="mixed_float16"):
+    """A model made under `policy` (its `dtype=` argument, or the global
+    policy) has it in every layer, and keeps it through a `.keras` file
+    loaded under the float32 global policy."""
+    if given_as == "argument":
+        model = build(dtype=policy)
+    else:
+        keras.config.set_dtype_policy(policy)  # conftest restores float32
+        model = build()
+        keras.config.set_dtype_policy("float32")
+    expected = to_numpy(model(images))
+    loaded = round_trip(model)
+    for m in (model, loaded):
+        assert m.dtype_policy.name == policy
+        assert {layer.dtype_policy.name for layer in leaf_layers(m)} == {policy}
+        assert all(w.dtype == "float32" for w in m.weights)
+        assert keras.backend.standardize_dtype(m(images).dtype) == "float16"
+    # A backbone's config is Keras's own (its input layer renamed on load).
+    configs = [{k: v for k, v in m.get_config().items() if k != "backbone"}
+               for m in (loaded, model)]
+    assert configs[0] == configs[1]
+    np.testing.assert_allclose(to_numpy(loaded(images)), expected, rtol=1e-3, atol=1e-3)
+
+
+def test_old_config_without_dtype_loads():
+    model = tiny_capsnet()
+    config = model.get_config()
+    del config["dtype"]  # configs saved before the policy was kept
+    restored = CapsNet.from_config(config)
+    assert restored.dtype_policy.name == "float32"
+    assert restored.count_params() == model.count_params()
+
+
 def batch(shape, classes=3, n=8, seed=0):
     rng = np.random.default_rng(seed)
     return rng.uniform(size=(n, *shape)).astype("float32"), rng.integers(0, classes, n)

@@ -10,6 +10,7 @@ import pytest
 
 import keras_capsules as kc
 from keras_capsules.models import MatrixCapsNet
+from tests.models.test_base import check_policy_round_trip
 from tests.test_case import jit_compile_for_backend
 
 # One EM iteration keeps XLA compilation short; the layer tests route with 2.
@@ -157,3 +158,16 @@ def test_new_names_raise_no_deprecation_warning():
         warnings.simplefilter("error", DeprecationWarning)
         kc.MatrixCapsNet(**SIZES, iterations=1)
         kc.ClassMatrixCapsule(2)
+
+
+@pytest.mark.parametrize("given_as", ["argument", "global"])
+def test_dtype_policy_survives_keras_round_trip(given_as):
+    images = np.random.default_rng(2).normal(size=(2, 32, 32, 2)).astype("float32")
+    check_policy_round_trip(lambda **kwargs: MatrixCapsNet(**TINY, **kwargs), images, given_as)
+
+
+def test_config_without_dtype_loads():
+    model = MatrixCapsNet(**TINY)
+    config = model.get_config()
+    del config["dtype"]  # configs saved before the policy was kept
+    assert MatrixCapsNet.from_config(config).get_config() == model.get_config()
