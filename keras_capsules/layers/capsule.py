@@ -8,7 +8,10 @@ from keras_capsules.layers._common import (
     call_router,
     get_router,
     serialize_router,
+    set_weight_arguments,
     split_capsule_inputs,
+    weight_arguments_config,
+    weight_options,
 )
 from keras_capsules.ops import householder_orthogonal
 from keras_capsules.routing.base import check_activations_shape
@@ -71,6 +74,8 @@ class Capsule(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         return_activations=False,
         orthogonal=False,
+        kernel_regularizer=None,
+        kernel_constraint=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -78,7 +83,9 @@ class Capsule(keras.layers.Layer):
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.router = get_router(router, DynamicRouting, self.dtype_policy)
         self.share_weights = bool(share_weights)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        set_weight_arguments(
+            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
+        )
         self.return_activations = bool(return_activations)
         self.orthogonal = bool(orthogonal)
 
@@ -100,14 +107,15 @@ class Capsule(keras.layers.Layer):
         prefix = (self.num_capsules,) if self.share_weights else (in_caps, self.num_capsules)
         if self.orthogonal:
             n = max(in_dim, self.capsule_dim)
+            # Not autocast: the reflections are computed in float32.
             self.householder = self.add_weight(
-                name="householder", shape=(*prefix, n, n), initializer=self.kernel_initializer
+                name="householder", shape=(*prefix, n, n), autocast=False,
+                **weight_options(self, "kernel"),
             )
         else:
             self.kernel = self.add_weight(
-                name="kernel",
-                shape=(*prefix, in_dim, self.capsule_dim),
-                initializer=self.kernel_initializer,
+                name="kernel", shape=(*prefix, in_dim, self.capsule_dim),
+                **weight_options(self, "kernel"),
             )
         build_router(
             self.router, (batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape
@@ -130,7 +138,8 @@ class Capsule(keras.layers.Layer):
         """The transforms `W`, `(in_caps, num_capsules, in_dim, capsule_dim)`
         (no `in_caps` axis with `share_weights=True`)."""
         if self.orthogonal:
-            return householder_orthogonal(self.householder, self.in_dim, self.capsule_dim)
+            w = householder_orthogonal(self.householder, self.in_dim, self.capsule_dim)
+            return ops.cast(w, self.compute_dtype)
         return self.kernel
 
     def compute_output_shape(self, input_shape):
@@ -146,8 +155,8 @@ class Capsule(keras.layers.Layer):
             capsule_dim=self.capsule_dim,
             router=serialize_router(self.router),
             share_weights=self.share_weights,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             return_activations=self.return_activations,
             orthogonal=self.orthogonal,
+            **weight_arguments_config(self, "kernel"),
         )
         return config

@@ -3,6 +3,11 @@
 import keras
 from keras import ops
 
+from keras_capsules.layers._common import (
+    set_weight_arguments,
+    weight_arguments_config,
+    weight_options,
+)
 from keras_capsules.ops import compute_dtype_for, masked_softmax, squash, top_k_softmax
 from keras_capsules.validation import positive_int
 
@@ -59,6 +64,8 @@ class CapsuleAttention(keras.layers.Layer):
         window_size=None,
         squash_output=False,
         kernel_initializer="glorot_uniform",
+        kernel_regularizer=None,
+        kernel_constraint=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -66,7 +73,9 @@ class CapsuleAttention(keras.layers.Layer):
         self.top_k = None if top_k is None else positive_int(top_k, "top_k")
         self.window_size = None if window_size is None else positive_int(window_size, "window_size")
         self.squash_output = bool(squash_output)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        set_weight_arguments(
+            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
+        )
 
     def build(self, input_shape):
         if len(input_shape) != 3 or input_shape[-1] is None:
@@ -85,12 +94,12 @@ class CapsuleAttention(keras.layers.Layer):
                 f"`top_k` must be at most the number of capsules {n}. "
                 f"Received: top_k={self.top_k}"
             )
-        self.query_kernel = self.add_weight(
-            name="query_kernel", shape=(dim, dim), initializer=self.kernel_initializer
-        )
-        self.key_kernel = self.add_weight(
-            name="key_kernel", shape=(dim, dim), initializer=self.kernel_initializer
-        )
+        # Not autocast: the attention runs in float32 (`call`), so the
+        # kernels are read in float32, not rounded to float16 first.
+        for name in ("query_kernel", "key_kernel"):
+            setattr(self, name, self.add_weight(
+                name=name, shape=(dim, dim), autocast=False, **weight_options(self, "kernel")
+            ))
 
     def call(self, inputs, return_attention_scores=False):
         dtype = compute_dtype_for(self.compute_dtype)
@@ -147,6 +156,6 @@ class CapsuleAttention(keras.layers.Layer):
             top_k=self.top_k,
             window_size=self.window_size,
             squash_output=self.squash_output,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            **weight_arguments_config(self, "kernel"),
         )
         return config

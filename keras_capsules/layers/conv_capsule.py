@@ -12,7 +12,10 @@ from keras_capsules.layers._common import (
     check_grid,
     get_router,
     serialize_router,
+    set_weight_arguments,
     split_capsule_inputs,
+    weight_arguments_config,
+    weight_options,
 )
 from keras_capsules.ops import householder_orthogonal
 from keras_capsules.routing.dynamic import DynamicRouting
@@ -29,17 +32,19 @@ class WindowedCapsule(keras.layers.Layer):
     extracts the windows, folds their positions into the batch axis, runs
     the router once on all of them and unfolds the result.
 
-    The weight, made from `kernel_initializer`, is the attribute (and weight)
-    named `_kernel_name`: `kernel`, or `householder` when it holds
-    Householder vectors (`ConvCapsule` with `orthogonal=True`).
+    The weight, made from the `kernel_*` arguments, is the attribute (and
+    weight) named `_kernel_name`: `kernel`, or `householder` when it holds
+    Householder vectors (`ConvCapsule` with `orthogonal=True`), which stay
+    float32 under mixed precision (`_kernel_autocast = False`).
     """
 
     rank = 2
     _kernel_name = "kernel"
+    _kernel_autocast = True
 
     def __init__(
         self, num_capsules, kernel_size, strides, padding, router, default_router,
-        kernel_initializer, **kwargs,
+        kernel_initializer, kernel_regularizer, kernel_constraint, **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
@@ -47,7 +52,9 @@ class WindowedCapsule(keras.layers.Layer):
         self.strides = int_tuple(strides, self.rank, "strides")
         self.padding = one_of(padding, ("valid", "same"), "padding")
         self.router = get_router(router, default_router, self.dtype_policy)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        set_weight_arguments(
+            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
+        )
 
     # Grid helpers -------------------------------------------------------
 
@@ -91,7 +98,8 @@ class WindowedCapsule(keras.layers.Layer):
         setattr(self, self._kernel_name, self.add_weight(
             name=self._kernel_name,
             shape=self._kernel_shape(types, in_dim),
-            initializer=self.kernel_initializer,
+            autocast=self._kernel_autocast,
+            **weight_options(self, "kernel"),
         ))
         votes_shape = self._votes_shape(types, self._out_dim(in_dim))
         # A router restored from a config arrives built (its build config
@@ -136,7 +144,7 @@ class WindowedCapsule(keras.layers.Layer):
             strides=self.strides,
             padding=self.padding,
             router=serialize_router(self.router),
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            **weight_arguments_config(self, "kernel"),
         )
         return config
 
@@ -155,17 +163,21 @@ class ConvCapsule(WindowedCapsule):
         kernel_initializer="glorot_uniform",
         return_activations=False,
         orthogonal=False,
+        kernel_regularizer=None,
+        kernel_constraint=None,
         **kwargs,
     ):
         super().__init__(
             num_capsules, kernel_size, strides, padding, router, DynamicRouting,
-            kernel_initializer, **kwargs,
+            kernel_initializer, kernel_regularizer, kernel_constraint, **kwargs,
         )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.return_activations = bool(return_activations)
         self.orthogonal = bool(orthogonal)
-        # With orthogonal=True the weight holds Householder vectors.
+        # With orthogonal=True the weight holds Householder vectors, whose
+        # reflections are computed in float32.
         self._kernel_name = "householder" if self.orthogonal else "kernel"
+        self._kernel_autocast = not self.orthogonal
 
     def _kernel_shape(self, types, in_dim):
         if self.orthogonal:
@@ -178,7 +190,8 @@ class ConvCapsule(WindowedCapsule):
         capsule_dim)`; with `orthogonal=True` each is the top-left block of a
         product of Householder reflections (see `Capsule`)."""
         if self.orthogonal:
-            return householder_orthogonal(self.householder, self.in_dim, self.capsule_dim)
+            w = householder_orthogonal(self.householder, self.in_dim, self.capsule_dim)
+            return ops.cast(w, self.compute_dtype)
         return self.kernel
 
     def _out_dim(self, in_dim):

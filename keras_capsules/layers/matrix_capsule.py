@@ -13,6 +13,9 @@ from keras_capsules.layers._common import (
     check_matrix_inputs,
     get_router,
     serialize_router,
+    set_weight_arguments,
+    weight_arguments_config,
+    weight_options,
 )
 from keras_capsules.layers.conv_capsule import WindowedCapsule
 from keras_capsules.layers.primary_capsule import PrimaryConvolution
@@ -86,11 +89,16 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         implementation="auto",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(
             num_capsules, kernel_size, strides, padding, kernel_initializer,
-            bias_initializer, implementation, **kwargs,
+            bias_initializer, implementation, kernel_regularizer, bias_regularizer,
+            kernel_constraint, bias_constraint, **kwargs,
         )
         self.pose_shape = int_tuple(pose_shape, 2, "pose_shape")
 
@@ -101,10 +109,10 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
             setattr(self, f"{name}_kernel", self.add_weight(
                 name=f"{name}_kernel",
                 shape=(*self.kernel_size, input_shape[-1], filters),
-                initializer=self.kernel_initializer,
+                **weight_options(self, "kernel"),
             ))
             setattr(self, f"{name}_bias", self.add_weight(
-                name=f"{name}_bias", shape=(filters,), initializer=self.bias_initializer
+                name=f"{name}_bias", shape=(filters,), **weight_options(self, "bias")
             ))
 
     def call(self, inputs):
@@ -175,11 +183,13 @@ class ConvMatrixCapsule(WindowedCapsule):
         padding="valid",
         router=None,
         kernel_initializer="glorot_uniform",
+        kernel_regularizer=None,
+        kernel_constraint=None,
         **kwargs,
     ):
         super().__init__(
             num_capsules, kernel_size, strides, padding, router, EMRouting,
-            kernel_initializer, **kwargs,
+            kernel_initializer, kernel_regularizer, kernel_constraint, **kwargs,
         )
 
     def _grid_shapes(self, input_shape):
@@ -253,6 +263,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
         router=None,
         coordinate_addition=True,
         kernel_initializer="glorot_uniform",
+        kernel_regularizer=None,
+        kernel_constraint=None,
         **kwargs,
     ):
         name = "num_capsules"
@@ -268,7 +280,9 @@ class ClassMatrixCapsule(keras.layers.Layer):
         self.num_capsules = positive_int(num_capsules, name)
         self.router = get_router(router, EMRouting, self.dtype_policy)
         self.coordinate_addition = bool(coordinate_addition)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        set_weight_arguments(
+            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
+        )
 
     def build(self, input_shape):
         poses_shape, _ = check_matrix_inputs(self.__class__.__name__, input_shape)
@@ -279,9 +293,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
             )
         height, width, types = poses_shape[1:4]
         self.kernel = self.add_weight(
-            name="kernel",
-            shape=(types, self.num_capsules, 4, 4),
-            initializer=self.kernel_initializer,
+            name="kernel", shape=(types, self.num_capsules, 4, 4),
+            **weight_options(self, "kernel"),
         )
         in_caps = height * width * types
         # See WindowedCapsule.build.
@@ -315,7 +328,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
             num_capsules=self.num_capsules,
             router=serialize_router(self.router),
             coordinate_addition=self.coordinate_addition,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            **weight_arguments_config(self, "kernel"),
         )
         return config
 
