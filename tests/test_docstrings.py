@@ -53,8 +53,6 @@ NOT_YET_RUNNABLE = {
 }
 # Examples that print a backend's shape type (torch.Size, TensorShape).
 NOT_YET_RUNNABLE_OFF_JAX = {
-    "keras_capsules.layers.length.Length",
-    "keras_capsules.layers.mask.Mask",
     "keras_capsules.routing.dynamic.DynamicRouting",
     "keras_capsules.routing.em.EMRouting",
 }

@@ -23,46 +23,66 @@ from keras_capsules.validation import positive_int
 class Capsule(keras.layers.Layer):
     """A layer of capsules fed by every capsule of the layer below.
 
-    Each child `i` predicts each parent `j` with its own transform,
-    `votes[b, i, j, :] = u[b, i, :] @ W[i, j]`, `W: (in_caps, num_capsules,
-    in_dim, capsule_dim)`; with `share_weights=True` one transform per
-    parent, `W: (num_capsules, in_dim, capsule_dim)`, serves every child
-    (then `in_caps` may vary). A router turns the votes into parent poses
-    and activations. Votes are one einsum.
+    Each child `i` predicts each parent `j` with its own transform; a router
+    turns the votes into parent poses (and activations):
+
+    ```
+    votes[b, i, j, :] = u[b, i, :] @ W[i, j]     # W: (in_caps, num_capsules, in_dim, capsule_dim)
+    poses, activations = router(votes, a)
+    ```
+
+    With `share_weights=True` one transform per parent, `W: (num_capsules,
+    in_dim, capsule_dim)`, serves every child (then `in_caps` may vary).
+    Votes are one einsum.
 
     With `orthogonal=True` (OrthCaps) each transform is the top-left
     `in_dim x capsule_dim` block of a product of `n = max(in_dim,
     capsule_dim)` Householder reflections `I - 2 v v^T / (v^T v)` with
-    trainable `v` (`keras_capsules.ops.householder_orthogonal`):
-    its rows (or columns, when `in_dim > capsule_dim`) are exactly
-    orthonormal at every step. The trainable weight is then `householder:
-    (..., n, n)` instead of `kernel`; `transforms()` returns `W`.
-
-    Inputs: poses `(batch, in_caps, in_dim)`, or `[poses, activations]` with
-    activations `(batch, in_caps)`, which are passed to the router.
-    Output: poses `(batch, num_capsules, capsule_dim)`, or `(poses,
-    activations)` when `return_activations=True`.
+    trainable `v` (`keras_capsules.ops.householder_orthogonal`): its rows
+    (or columns, when `in_dim > capsule_dim`) are exactly orthonormal at
+    every step. The trainable weight is then `householder: (..., n, n)`
+    instead of `kernel`, kept and read in float32 under mixed precision;
+    `transforms()` returns `W`.
 
     Args:
-        num_capsules: number of parent capsules.
-        capsule_dim: dimension of each parent capsule.
+        num_capsules: int, number of parent capsules `J`.
+        capsule_dim: int, dimension of each parent capsule.
         router: a router, or its name or config (see
             `keras_capsules.routing.get`): `"dynamic"`, `"em"`, ...; default
             `DynamicRouting()` (3 iterations, as in the paper).
-        share_weights: one transform per parent shared by all children.
-        kernel_initializer: initializer of `W`.
-        return_activations: also return the parent activations.
-        orthogonal: parametrise each transform as an orthogonal block
-            (initialised from `kernel_initializer`).
+        share_weights: bool, one transform per parent shared by all children.
+        kernel_initializer: initializer of `W` (of the Householder vectors
+            with `orthogonal=True`).
+        return_activations: bool, also return the parent activations.
+        orthogonal: bool, parametrise each transform as an orthogonal block.
+        kernel_regularizer: regularizer of `W` (of the Householder vectors
+            with `orthogonal=True`), or `None`.
+        kernel_constraint: constraint on `W` (on the Householder vectors
+            with `orthogonal=True`), or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
 
-    Example (the digit capsules of the paper):
+    Call arguments:
+        inputs: child poses `u` of shape `(batch, in_caps, in_dim)`, or
+            `[poses, activations]` with activations `a` of shape
+            `(batch, in_caps)`, passed to the router.
+
+    Returns:
+        Parent poses of shape `(batch, num_capsules, capsule_dim)`; with
+        `return_activations=True`, `(poses, activations)` with activations
+        of shape `(batch, num_capsules)`.
+
+    Example (the digit capsules of the paper, on 1152 primary capsules):
 
     >>> u = keras.Input((1152, 8))
     >>> keras_capsules.layers.Capsule(10, 16)(u).shape
     (None, 10, 16)
+    >>> poses, activations = keras_capsules.layers.Capsule(10, 16, return_activations=True)(u)
+    >>> activations.shape
+    (None, 10)
 
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
-    NeurIPS 2017.
+    NeurIPS 2017; orthogonal transforms: Geng et al., "OrthCaps: An
+    Orthogonal CapsNet with Sparse Attention Routing and Pruning", CVPR 2024.
     """
 
     def __init__(

@@ -14,8 +14,7 @@ from keras_capsules.validation import positive_int
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class CapsuleAttention(keras.layers.Layer):
-    """Scaled dot-product self-attention among capsules, `(batch, n, dim) ->
-    (batch, n, dim)`.
+    """Scaled dot-product self-attention among the capsules of one layer.
 
     Queries and keys are learned projections `dim -> dim` (no bias); the
     values are the capsules themselves. All three are split into
@@ -32,29 +31,47 @@ class CapsuleAttention(keras.layers.Layer):
     window_size // 2` (local windowed attention); with `top_k`, only its
     `top_k` largest logits among those (ties with the `top_k`-th are all
     kept); other scores are exactly 0. Both are masks, no loops. With
-    `squash_output=True` the outputs are squashed. Softmaxes run in float32
-    under half-precision policies.
+    `squash_output=True` the outputs are squashed. The attention runs in
+    float32 under half-precision policies, with `W_q` and `W_k` kept and
+    read in float32.
 
     Args:
-        num_heads: number of heads; must divide `dim`.
-        top_k: keys kept per query, or `None` for all (must not exceed `n`).
-        window_size: width of the local window, or `None` for global
+        num_heads: int, number of heads; must divide `dim`.
+        top_k: int, keys kept per query, or `None` for all (must not
+            exceed `n`).
+        window_size: int, width of the local window, or `None` for global
             attention.
-        squash_output: apply `keras_capsules.ops.squash` to the outputs.
-        kernel_initializer: initializer of `W_q` and `W_k`.
+        squash_output: bool, apply `keras_capsules.ops.squash` to the
+            outputs.
+        kernel_initializer: initializer of the query and key kernels `W_q`
+            and `W_k`.
+        kernel_regularizer: regularizer of `W_q` and `W_k`, or `None`.
+        kernel_constraint: constraint on `W_q` and `W_k`, or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
 
     Call arguments:
-        inputs: capsules `(batch, n, dim)`.
-        return_attention_scores: also return `scores (batch, heads, n, n)`.
+        inputs: capsules `x` of shape `(batch, n, dim)`.
+        return_attention_scores: bool, also return the scores.
 
-    Example:
+    Returns:
+        Capsules of shape `(batch, n, dim)`; with
+        `return_attention_scores=True`, `(outputs, scores)` with scores of
+        shape `(batch, num_heads, n, n)`.
 
-    >>> x = keras.Input((32, 8))
-    >>> keras_capsules.layers.CapsuleAttention(num_heads=2, top_k=4)(x).shape
-    (None, 32, 8)
+    Example (each query keeps its 2 best keys):
+
+    >>> x = np.linspace(-1, 1, 32, dtype="float32").reshape(1, 4, 8)
+    >>> layer = keras_capsules.layers.CapsuleAttention(num_heads=2, top_k=2)
+    >>> outputs, scores = layer(x, return_attention_scores=True)
+    >>> tuple(outputs.shape), tuple(scores.shape)
+    ((1, 4, 8), (1, 2, 4, 4))
+    >>> (ops.convert_to_numpy(scores) > 0).sum(axis=-1)
+    array([[[2, 2, 2, 2],
+            [2, 2, 2, 2]]])
 
     Reference: Vaswani et al., "Attention Is All You Need", NeurIPS 2017;
-    capsule self-attention as in Geng et al., "OrthCaps", CVPR 2024.
+    capsule self-attention as in Geng et al., "OrthCaps: An Orthogonal
+    CapsNet with Sparse Attention Routing and Pruning", CVPR 2024.
     """
 
     def __init__(

@@ -231,10 +231,8 @@ class ConvCapsule(WindowedCapsule):
 class ConvCapsule2D(ConvCapsule):
     """Convolutional capsules: routing inside each `k x k` window of a grid.
 
-    Input poses `(batch, H, W, types, in_dim)` (optionally `[poses,
-    activations]`, activations `(batch, H, W, types)`, passed to the
-    router). For the output position `p` with window children
-    `u[b, p * s + o, t]` (kernel offset `o`, child type `t`):
+    For the output position `p` with window children `u[b, p * s + o, t]`
+    (kernel offset `o`, child type `t`):
 
     ```
     votes[b, p, (o, t), j, :] = u[b, p * s + o, t, :] @ W[o, t, j]
@@ -248,28 +246,47 @@ class ConvCapsule2D(ConvCapsule):
     folded into the batch axis, so the router runs once for all windows.
     `padding="same"` pads with zero capsules (zero activations).
 
-    Output: poses `(batch, H', W', num_capsules, capsule_dim)` (`H', W'` as
-    for a convolution), or `(poses, activations)` with
-    `return_activations=True`.
-
     Args:
-        num_capsules: parent capsule types per position.
-        capsule_dim: dimension of each parent capsule.
-        kernel_size, strides: int or pair.
+        num_capsules: int, parent capsule types per position.
+        capsule_dim: int, dimension of each parent capsule.
+        kernel_size: int or pair, the window `(kh, kw)`.
+        strides: int or pair, the window step `s`.
         padding: `"valid"` or `"same"`.
         router: a router, or its name or config (`keras_capsules.routing.get`);
             default `DynamicRouting()`.
-        kernel_initializer: initializer of `W`.
-        return_activations: also return the parent activations.
-        orthogonal: parametrise each transform as the top-left block of a
-            product of `max(in_dim, capsule_dim)` Householder reflections
-            (OrthCaps): rows (or columns) exactly orthonormal at every step.
+        kernel_initializer: initializer of `W` (of the Householder vectors
+            with `orthogonal=True`).
+        return_activations: bool, also return the parent activations.
+        orthogonal: bool, parametrise each transform as the top-left block
+            of a product of `max(in_dim, capsule_dim)` Householder
+            reflections (OrthCaps, as in `Capsule`): rows (or columns)
+            exactly orthonormal at every step; the weight is then
+            `householder`, kept and read in float32 under mixed precision.
+        kernel_regularizer: regularizer of `W` (of the Householder vectors
+            with `orthogonal=True`), or `None`.
+        kernel_constraint: constraint on `W` (on the Householder vectors
+            with `orthogonal=True`), or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: child poses `u` of shape `(batch, H, W, types, in_dim)`, or
+            `[poses, activations]` with activations `a` of shape
+            `(batch, H, W, types)`, passed to the router.
+
+    Returns:
+        Parent poses of shape `(batch, H', W', num_capsules, capsule_dim)`
+        (`H', W'` as for a convolution); with `return_activations=True`,
+        `(poses, activations)` with activations of shape `(batch, H', W',
+        num_capsules)`.
 
     Example:
 
     >>> u = keras.Input((8, 8, 4, 8))
     >>> keras_capsules.layers.ConvCapsule2D(6, 8, 3, strides=2)(u).shape
     (None, 3, 3, 6, 8)
+    >>> layer = keras_capsules.layers.ConvCapsule2D(6, 8, 3, strides=2, return_activations=True)
+    >>> [t.shape for t in layer(u)]
+    [(None, 3, 3, 6, 8), (None, 3, 3, 6)]
 
     References: LaLonde & Bagci, "Capsules for Object Segmentation"
     (SegCaps, 2018), locally-constrained routing; Hinton, Sabour & Frosst,
@@ -283,18 +300,35 @@ class ConvCapsule2D(ConvCapsule):
 class ConvCapsule1D(ConvCapsule):
     """Windowed routing over a capsule sequence (1-D convolutional capsules).
 
-    As `ConvCapsule2D` with one grid axis: input poses `(batch, L, types,
-    in_dim)`, or a plain capsule sequence `(batch, N, in_dim)` (one type);
-    activations `(batch, L, types)` (or `(batch, N)`). The children of each
-    window of `kernel_size` positions (`window_size`), moved by `strides`,
-    vote with `W: (kernel_size, types, num_capsules, in_dim, capsule_dim)`
-    and route among the window's parents:
+    As `ConvCapsule2D` with one grid axis. The children of each window of
+    `kernel_size` positions, moved by `strides`, vote with `W: (kernel_size,
+    types, num_capsules, in_dim, capsule_dim)` and route among the window's
+    parents:
 
     ```
     votes[b, p, (o, t), j, :] = u[b, p * s + o, t, :] @ W[o, t, j]
+    poses[b, p], activations[b, p] = router(votes[b, p], a[b, p * s + o, t])
     ```
 
-    Output poses `(batch, L', num_capsules, capsule_dim)`.
+    Args:
+        num_capsules, capsule_dim, router, kernel_initializer,
+        return_activations, orthogonal, kernel_regularizer,
+        kernel_constraint: as for `ConvCapsule2D`.
+        kernel_size: int, the window length (positions per window).
+        strides: int, the window step `s`.
+        padding: `"valid"` or `"same"`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: child poses of shape `(batch, L, types, in_dim)`, or a plain
+            capsule sequence `(batch, L, in_dim)` (one type); or `[poses,
+            activations]` with activations of shape `(batch, L, types)` (or
+            `(batch, L)`), passed to the router.
+
+    Returns:
+        Parent poses of shape `(batch, L', num_capsules, capsule_dim)` (`L'`
+        as for a convolution); with `return_activations=True`, `(poses,
+        activations)` with activations of shape `(batch, L', num_capsules)`.
 
     Example:
 

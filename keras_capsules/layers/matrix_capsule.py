@@ -32,8 +32,8 @@ def pose_votes(matrices, kernel):
     optimizer searches the orderings of 7-8 letters for minutes, and on
     TensorFlow the einsum needs a 7-D transpose that TFLite runs only with
     Select TF ops. A broadcasting `(n, t, 1, 4, 4) @ (t, j, 4, 4)` matmul
-    exports too but is 1.6-15x slower than the einsum on torch (it expands
-    both operands).
+    exports too but is slower than the einsum on torch (it expands both
+    operands).
     """
     types, out = kernel.shape[:2]
     a = ops.reshape(ops.transpose(matrices, (1, 0, 2, 3)), (types, -1, 4))
@@ -52,21 +52,35 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
     ```
 
     Both convolutions run as one, on the kernels concatenated along the
-    output channels. Returns `[poses, activations]`. `ConvMatrixCapsule`
-    and `ClassMatrixCapsule` take 4x4 poses (the default `pose_shape`).
+    output channels. `ConvMatrixCapsule` and `ClassMatrixCapsule` take 4x4
+    poses (the default `pose_shape`).
 
     Args:
-        num_capsules: capsule types per position (32 in the paper).
+        num_capsules: int, capsule types `n` per position (32 in the paper).
         kernel_size, strides: int or pair (1 and 1 in the paper).
         padding: `"valid"` or `"same"`.
-        pose_shape: the pose matrix shape, `(4, 4)`.
-        kernel_initializer, bias_initializer: initializers of both convs.
-        implementation: `"conv"` (native convolution), `"matmul"` (strided
-            slices + one matmul; same numbers), `"hybrid"` (native forward
-            and input gradient, kernel gradient as one matmul) or `"auto"`:
-            `"matmul"` where XLA's CPU conv is slow (JAX on CPU; TensorFlow
-            on CPU when strided), `"hybrid"` on torch on CPU when strided,
-            else `"conv"` (see `keras_capsules.conv.resolve_implementation`).
+        pose_shape: pair, the pose matrix shape, `(4, 4)`.
+        kernel_initializer, bias_initializer: initializers of both
+            convolutions' kernels (`W_pose`, `W_act`) and biases (`b_pose`,
+            `b_act`).
+        implementation: how the convolution is computed: `"conv"`,
+            `"matmul"`, `"hybrid"` or `"auto"` (the same numbers; see
+            `keras_capsules.conv.resolve_implementation`).
+        kernel_regularizer, bias_regularizer: regularizers of both kernels
+            and of both biases, or `None`.
+        kernel_constraint, bias_constraint: constraints on both kernels and
+            on both biases, or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: images (feature maps) `x` of shape `(batch, height, width,
+            channels)`.
+
+    Returns:
+        `[poses, activations]`: poses of shape `(batch, H', W', num_capsules,
+        prod(pose_shape))` (row-major pose matrices) and activations in
+        `(0, 1)` of shape `(batch, H', W', num_capsules)`, `H', W'` as for a
+        convolution.
 
     Example:
 
@@ -150,17 +164,28 @@ class ConvMatrixCapsule(WindowedCapsule):
 
     The router (default `EMRouting()`) runs inside each window: its
     `k * k * types` children compete only among that window's parents
-    (window positions are folded into the batch axis). Takes and returns
-    `[poses (batch, H, W, types, 16), activations (batch, H, W, types)]`.
+    (window positions are folded into the batch axis).
 
     Args:
-        num_capsules: parent capsule types per position.
-        kernel_size, strides: int or pair.
+        num_capsules: int, parent capsule types per position.
+        kernel_size, strides: int or pair, the window and its step `s`.
         padding: `"valid"` (the paper) or `"same"`.
         router: a router, or its name or config (`keras_capsules.routing.get`);
             default `EMRouting()`.
         kernel_initializer: initializer of `W`, shape `(kh, kw, types,
             num_capsules, 4, 4)`.
+        kernel_regularizer: regularizer of `W`, or `None`.
+        kernel_constraint: constraint on `W`, or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: `[poses, activations]`, child poses `M` of shape `(batch, H,
+            W, types, 16)` (row-major 4x4 matrices) and activations `a` of
+            shape `(batch, H, W, types)`.
+
+    Returns:
+        `[poses, activations]` of shapes `(batch, H', W', num_capsules, 16)`
+        and `(batch, H', W', num_capsules)`, `H', W'` as for a convolution.
 
     Example:
 
@@ -231,18 +256,29 @@ class ClassMatrixCapsule(keras.layers.Layer):
     poses, activations = router(votes, a[b, (h, w, t)])
     ```
 
-    Takes `[poses (batch, H, W, types, 16), activations (batch, H, W,
-    types)]`; returns `[poses (batch, num_capsules, 16), activations
-    (batch, num_capsules)]`. Default router: `EMRouting()`.
+    Default router: `EMRouting()`.
 
     Args:
-        num_capsules: number of class capsules (one per class). The old
+        num_capsules: int, number of class capsules (one per class). The old
             keyword `num_classes` still works, with a `DeprecationWarning`.
         router: a router, or its name or config (`keras_capsules.routing.get`);
             default `EMRouting()`.
-        coordinate_addition: add the scaled child coordinates to the votes.
+        coordinate_addition: bool, add the scaled child coordinates to the
+            votes.
         kernel_initializer: initializer of `W`, shape `(types, num_capsules,
             4, 4)`.
+        kernel_regularizer: regularizer of `W`, or `None`.
+        kernel_constraint: constraint on `W`, or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: `[poses, activations]`, child poses `M` of shape `(batch, H,
+            W, types, 16)` (row-major 4x4 matrices, `H`, `W` and `types`
+            known) and activations `a` of shape `(batch, H, W, types)`.
+
+    Returns:
+        `[poses, activations]` of shapes `(batch, num_capsules, 16)` and
+        `(batch, num_capsules)`.
 
     Example:
 

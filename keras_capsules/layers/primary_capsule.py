@@ -82,19 +82,29 @@ class PrimaryCapsule(PrimaryConvolution):
     ```
 
     Args:
-        num_capsules: capsule types per position (32 in the paper).
-        capsule_dim: dimension of each capsule (8 in the paper).
+        num_capsules: int, capsule types per position (32 in the paper).
+        capsule_dim: int, dimension of each capsule (8 in the paper).
         kernel_size: int or pair.
         strides: int or pair.
         padding: `"valid"` or `"same"`.
-        squash: apply `keras_capsules.ops.squash` to the capsules.
-        kernel_initializer, bias_initializer: initializers.
-        implementation: `"conv"` (native convolution), `"matmul"` (strided
-            slices + one matmul; same numbers), `"hybrid"` (native forward
-            and input gradient, kernel gradient as one matmul) or `"auto"`:
-            `"matmul"` where XLA's CPU conv is slow (JAX on CPU; TensorFlow
-            on CPU when strided), `"hybrid"` on torch on CPU when strided,
-            else `"conv"` (see `keras_capsules.conv.resolve_implementation`).
+        squash: bool, apply `keras_capsules.ops.squash` to the capsules.
+        kernel_initializer, bias_initializer: initializers of the
+            convolution's kernel and bias.
+        implementation: how the convolution is computed: `"conv"`,
+            `"matmul"`, `"hybrid"` or `"auto"` (the same numbers; see
+            `keras_capsules.conv.resolve_implementation`).
+        kernel_regularizer, bias_regularizer: regularizers of the kernel
+            and bias, or `None`.
+        kernel_constraint, bias_constraint: constraints on the kernel and
+            bias, or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: images `x` of shape `(batch, height, width, channels)`.
+
+    Returns:
+        Capsules of shape `(batch, H' * W' * num_capsules, capsule_dim)`,
+        `H', W'` as for a convolution.
 
     Example (the paper's 1152 primary capsules):
 
