@@ -11,7 +11,9 @@ and their dtype, registration, `get_config`/`from_config`, a `.keras`
 save/load round trip with `safe_mode=True` and identical predictions, a
 `train_on_batch` step (jit-compiled on TF and JAX) with finite loss and
 weights, and the same under the mixed_float16 and mixed_bfloat16 policies
-(half-precision outputs, float32 weights).
+(half-precision outputs, float32 weights). `run_weight_arguments_test`
+checks a layer's `kernel_*`/`bias_*` initializer, regularizer and
+constraint arguments.
 """
 
 import os
@@ -167,6 +169,53 @@ class LayerTestCase:
                     # XLA is covered by the float32 step above; compiling
                     # each policy again costs ~10 s per layer on TF.
                     self._check_train_step(mixed, inputs, jit_compile=False)
+
+    def run_weight_arguments_test(self, layer_cls, init_kwargs, input_data, weights):
+        """The `<prefix>_initializer/_regularizer/_constraint` arguments.
+
+        `weights`: `{prefix: names}`, the names of the weights that the
+        `<prefix>_*` arguments govern (`{"kernel": ["kernel"], "bias":
+        ["bias"]}`). Per prefix: the initializer makes those weights; the
+        regularizer adds one loss per weight, of the right value; an
+        optimizer step applies the constraint to those weights and no other;
+        `get_config` keeps all three through `from_config`, and a config
+        without the regularizer and constraint (older files) loads with
+        none."""
+        for prefix, names in weights.items():
+            layer = layer_cls(**init_kwargs, **{
+                f"{prefix}_initializer": keras.initializers.RandomUniform(-1.0, 1.0, seed=1),
+                f"{prefix}_regularizer": keras.regularizers.L2(0.25),
+                f"{prefix}_constraint": keras.constraints.NonNeg(),
+            })
+            # Built, not called: only the weights matter here.
+            layer.build([x.shape for x in input_data] if isinstance(input_data, (list, tuple))
+                        else input_data.shape)
+            governed = sorted(w.path for w in layer.weights if w.name in names)
+            assert len(governed) == len(names), ([w.path for w in layer.weights], names)
+            before = {w.path: to_numpy(w.value) for w in layer.weights}
+            assert all((before[path] < 0).any() for path in governed), "initializer not used"
+
+            expected = sum(0.25 * np.sum(before[path] ** 2) for path in governed)
+            assert len(layer.losses) == len(names), layer.losses
+            np.testing.assert_allclose(sum(to_numpy(x) for x in layer.losses), expected, rtol=1e-5)
+
+            # A step of rate 0: only the constraint changes the weights.
+            variables = layer.trainable_weights
+            keras.optimizers.SGD(0.0).apply([keras.ops.zeros(v.shape) for v in variables], variables)
+            for w in layer.weights:
+                want = np.maximum(before[w.path], 0) if w.path in governed else before[w.path]
+                np.testing.assert_array_equal(to_numpy(w.value), want, err_msg=w.path)
+
+            config = layer.get_config()
+            restored = layer_cls.from_config(config)
+            assert restored.get_config() == config
+            assert isinstance(getattr(restored, f"{prefix}_regularizer"), keras.regularizers.L2)
+            assert isinstance(getattr(restored, f"{prefix}_constraint"), keras.constraints.NonNeg)
+            for kind in ("regularizer", "constraint"):
+                del config[f"{prefix}_{kind}"]
+            older = layer_cls.from_config(config)
+            assert getattr(older, f"{prefix}_regularizer") is None
+            assert getattr(older, f"{prefix}_constraint") is None
 
     def _functional_model(self, layer_cls, init_kwargs, inputs, multi_input, call_kwargs):
         symbolic = [keras.Input(x.shape[1:], dtype=_dtype_of(x)) for x in inputs]

@@ -1,5 +1,6 @@
-"""Plumbing the capsule layers share: their inputs, shape checks, and the
-router each owns (resolved, built, called and stored in its config)."""
+"""Plumbing the capsule layers share: their inputs, shape checks, their
+weights' initializer/regularizer/constraint arguments, and the router each
+owns (resolved, built, called and stored in its config)."""
 
 import keras
 from keras import ops
@@ -8,6 +9,36 @@ from keras_capsules import routing
 from keras_capsules.conv import window_output_shape
 
 POSE_SIZE = 16  # a 4x4 pose matrix, stored row-major
+
+# A weight argument's kind -> the Keras module that resolves and serialises it.
+_WEIGHT_ARGUMENT_MODULES = {
+    "initializer": keras.initializers,
+    "regularizer": keras.regularizers,
+    "constraint": keras.constraints,
+}
+
+
+def set_weight_arguments(layer, prefix, initializer, regularizer, constraint):
+    """Sets `layer.<prefix>_initializer`, `_regularizer` and `_constraint`,
+    resolved with `keras.initializers/regularizers/constraints.get` (as
+    Keras's own layers do: a name, config dict, callable or `None`)."""
+    values = (initializer, regularizer, constraint)
+    for (kind, module), value in zip(_WEIGHT_ARGUMENT_MODULES.items(), values):
+        setattr(layer, f"{prefix}_{kind}", module.get(value))
+
+
+def weight_options(layer, prefix):
+    """The `add_weight` arguments `initializer`, `regularizer` and
+    `constraint` of the weights that `layer.<prefix>_*` govern."""
+    return {kind: getattr(layer, f"{prefix}_{kind}") for kind in _WEIGHT_ARGUMENT_MODULES}
+
+
+def weight_arguments_config(layer, prefix):
+    """The `<prefix>_*` weight arguments, serialised for `get_config`."""
+    return {
+        f"{prefix}_{kind}": module.serialize(getattr(layer, f"{prefix}_{kind}"))
+        for kind, module in _WEIGHT_ARGUMENT_MODULES.items()
+    }
 
 
 def split_capsule_inputs(inputs):

@@ -8,7 +8,10 @@ from keras_capsules.layers._common import (
     call_router,
     get_router,
     serialize_router,
+    set_weight_arguments,
     split_capsule_inputs,
+    weight_arguments_config,
+    weight_options,
 )
 from keras_capsules.ops import householder_orthogonal
 from keras_capsules.routing.base import check_activations_shape
@@ -20,46 +23,66 @@ from keras_capsules.validation import positive_int
 class Capsule(keras.layers.Layer):
     """A layer of capsules fed by every capsule of the layer below.
 
-    Each child `i` predicts each parent `j` with its own transform,
-    `votes[b, i, j, :] = u[b, i, :] @ W[i, j]`, `W: (in_caps, num_capsules,
-    in_dim, capsule_dim)`; with `share_weights=True` one transform per
-    parent, `W: (num_capsules, in_dim, capsule_dim)`, serves every child
-    (then `in_caps` may vary). A router turns the votes into parent poses
-    and activations. Votes are one einsum.
+    Each child `i` predicts each parent `j` with its own transform; a router
+    turns the votes into parent poses (and activations):
+
+    ```
+    votes[b, i, j, :] = u[b, i, :] @ W[i, j]     # W: (in_caps, num_capsules, in_dim, capsule_dim)
+    poses, activations = router(votes, a)
+    ```
+
+    With `share_weights=True` one transform per parent, `W: (num_capsules,
+    in_dim, capsule_dim)`, serves every child (then `in_caps` may vary).
+    Votes are one einsum.
 
     With `orthogonal=True` (OrthCaps) each transform is the top-left
     `in_dim x capsule_dim` block of a product of `n = max(in_dim,
     capsule_dim)` Householder reflections `I - 2 v v^T / (v^T v)` with
-    trainable `v` (`keras_capsules.ops.householder_orthogonal`):
-    its rows (or columns, when `in_dim > capsule_dim`) are exactly
-    orthonormal at every step. The trainable weight is then `householder:
-    (..., n, n)` instead of `kernel`; `transforms()` returns `W`.
-
-    Inputs: poses `(batch, in_caps, in_dim)`, or `[poses, activations]` with
-    activations `(batch, in_caps)`, which are passed to the router.
-    Output: poses `(batch, num_capsules, capsule_dim)`, or `(poses,
-    activations)` when `return_activations=True`.
+    trainable `v` (`keras_capsules.ops.householder_orthogonal`): its rows
+    (or columns, when `in_dim > capsule_dim`) are exactly orthonormal at
+    every step. The trainable weight is then `householder: (..., n, n)`
+    instead of `kernel`, kept and read in float32 under mixed precision;
+    `transforms()` returns `W`.
 
     Args:
-        num_capsules: number of parent capsules.
-        capsule_dim: dimension of each parent capsule.
+        num_capsules: int, number of parent capsules `J`.
+        capsule_dim: int, dimension of each parent capsule.
         router: a router, or its name or config (see
             `keras_capsules.routing.get`): `"dynamic"`, `"em"`, ...; default
             `DynamicRouting()` (3 iterations, as in the paper).
-        share_weights: one transform per parent shared by all children.
-        kernel_initializer: initializer of `W`.
-        return_activations: also return the parent activations.
-        orthogonal: parametrise each transform as an orthogonal block
-            (initialised from `kernel_initializer`).
+        share_weights: bool, one transform per parent shared by all children.
+        kernel_initializer: initializer of `W` (of the Householder vectors
+            with `orthogonal=True`).
+        return_activations: bool, also return the parent activations.
+        orthogonal: bool, parametrise each transform as an orthogonal block.
+        kernel_regularizer: regularizer of `W` (of the Householder vectors
+            with `orthogonal=True`), or `None`.
+        kernel_constraint: constraint on `W` (on the Householder vectors
+            with `orthogonal=True`), or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
 
-    Example (the digit capsules of the paper):
+    Call arguments:
+        inputs: child poses `u` of shape `(batch, in_caps, in_dim)`, or
+            `[poses, activations]` with activations `a` of shape
+            `(batch, in_caps)`, passed to the router.
+
+    Returns:
+        Parent poses of shape `(batch, num_capsules, capsule_dim)`; with
+        `return_activations=True`, `(poses, activations)` with activations
+        of shape `(batch, num_capsules)`.
+
+    Example (the digit capsules of the paper, on 1152 primary capsules):
 
     >>> u = keras.Input((1152, 8))
     >>> keras_capsules.layers.Capsule(10, 16)(u).shape
     (None, 10, 16)
+    >>> poses, activations = keras_capsules.layers.Capsule(10, 16, return_activations=True)(u)
+    >>> activations.shape
+    (None, 10)
 
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
-    NeurIPS 2017.
+    NeurIPS 2017; orthogonal transforms: Geng et al., "OrthCaps: An
+    Orthogonal CapsNet with Sparse Attention Routing and Pruning", CVPR 2024.
     """
 
     def __init__(
@@ -71,6 +94,8 @@ class Capsule(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         return_activations=False,
         orthogonal=False,
+        kernel_regularizer=None,
+        kernel_constraint=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -78,7 +103,9 @@ class Capsule(keras.layers.Layer):
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.router = get_router(router, DynamicRouting, self.dtype_policy)
         self.share_weights = bool(share_weights)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        set_weight_arguments(
+            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
+        )
         self.return_activations = bool(return_activations)
         self.orthogonal = bool(orthogonal)
 
@@ -100,14 +127,15 @@ class Capsule(keras.layers.Layer):
         prefix = (self.num_capsules,) if self.share_weights else (in_caps, self.num_capsules)
         if self.orthogonal:
             n = max(in_dim, self.capsule_dim)
+            # Not autocast: the reflections are computed in float32.
             self.householder = self.add_weight(
-                name="householder", shape=(*prefix, n, n), initializer=self.kernel_initializer
+                name="householder", shape=(*prefix, n, n), autocast=False,
+                **weight_options(self, "kernel"),
             )
         else:
             self.kernel = self.add_weight(
-                name="kernel",
-                shape=(*prefix, in_dim, self.capsule_dim),
-                initializer=self.kernel_initializer,
+                name="kernel", shape=(*prefix, in_dim, self.capsule_dim),
+                **weight_options(self, "kernel"),
             )
         build_router(
             self.router, (batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape
@@ -130,7 +158,8 @@ class Capsule(keras.layers.Layer):
         """The transforms `W`, `(in_caps, num_capsules, in_dim, capsule_dim)`
         (no `in_caps` axis with `share_weights=True`)."""
         if self.orthogonal:
-            return householder_orthogonal(self.householder, self.in_dim, self.capsule_dim)
+            w = householder_orthogonal(self.householder, self.in_dim, self.capsule_dim)
+            return ops.cast(w, self.compute_dtype)
         return self.kernel
 
     def compute_output_shape(self, input_shape):
@@ -146,8 +175,8 @@ class Capsule(keras.layers.Layer):
             capsule_dim=self.capsule_dim,
             router=serialize_router(self.router),
             share_weights=self.share_weights,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             return_activations=self.return_activations,
             orthogonal=self.orthogonal,
+            **weight_arguments_config(self, "kernel"),
         )
         return config

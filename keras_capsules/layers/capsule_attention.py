@@ -3,14 +3,18 @@
 import keras
 from keras import ops
 
+from keras_capsules.layers._common import (
+    set_weight_arguments,
+    weight_arguments_config,
+    weight_options,
+)
 from keras_capsules.ops import compute_dtype_for, masked_softmax, squash, top_k_softmax
 from keras_capsules.validation import positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class CapsuleAttention(keras.layers.Layer):
-    """Scaled dot-product self-attention among capsules, `(batch, n, dim) ->
-    (batch, n, dim)`.
+    """Scaled dot-product self-attention among the capsules of one layer.
 
     Queries and keys are learned projections `dim -> dim` (no bias); the
     values are the capsules themselves. All three are split into
@@ -27,29 +31,47 @@ class CapsuleAttention(keras.layers.Layer):
     window_size // 2` (local windowed attention); with `top_k`, only its
     `top_k` largest logits among those (ties with the `top_k`-th are all
     kept); other scores are exactly 0. Both are masks, no loops. With
-    `squash_output=True` the outputs are squashed. Softmaxes run in float32
-    under half-precision policies.
+    `squash_output=True` the outputs are squashed. The attention runs in
+    float32 under half-precision policies, with `W_q` and `W_k` kept and
+    read in float32.
 
     Args:
-        num_heads: number of heads; must divide `dim`.
-        top_k: keys kept per query, or `None` for all (must not exceed `n`).
-        window_size: width of the local window, or `None` for global
+        num_heads: int, number of heads; must divide `dim`.
+        top_k: int, keys kept per query, or `None` for all (must not
+            exceed `n`).
+        window_size: int, width of the local window, or `None` for global
             attention.
-        squash_output: apply `keras_capsules.ops.squash` to the outputs.
-        kernel_initializer: initializer of `W_q` and `W_k`.
+        squash_output: bool, apply `keras_capsules.ops.squash` to the
+            outputs.
+        kernel_initializer: initializer of the query and key kernels `W_q`
+            and `W_k`.
+        kernel_regularizer: regularizer of `W_q` and `W_k`, or `None`.
+        kernel_constraint: constraint on `W_q` and `W_k`, or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
 
     Call arguments:
-        inputs: capsules `(batch, n, dim)`.
-        return_attention_scores: also return `scores (batch, heads, n, n)`.
+        inputs: capsules `x` of shape `(batch, n, dim)`.
+        return_attention_scores: bool, also return the scores.
 
-    Example:
+    Returns:
+        Capsules of shape `(batch, n, dim)`; with
+        `return_attention_scores=True`, `(outputs, scores)` with scores of
+        shape `(batch, num_heads, n, n)`.
 
-    >>> x = keras.Input((32, 8))
-    >>> keras_capsules.layers.CapsuleAttention(num_heads=2, top_k=4)(x).shape
-    (None, 32, 8)
+    Example (each query keeps its 2 best keys):
+
+    >>> x = np.linspace(-1, 1, 32, dtype="float32").reshape(1, 4, 8)
+    >>> layer = keras_capsules.layers.CapsuleAttention(num_heads=2, top_k=2)
+    >>> outputs, scores = layer(x, return_attention_scores=True)
+    >>> tuple(outputs.shape), tuple(scores.shape)
+    ((1, 4, 8), (1, 2, 4, 4))
+    >>> (ops.convert_to_numpy(scores) > 0).sum(axis=-1)
+    array([[[2, 2, 2, 2],
+            [2, 2, 2, 2]]])
 
     Reference: Vaswani et al., "Attention Is All You Need", NeurIPS 2017;
-    capsule self-attention as in Geng et al., "OrthCaps", CVPR 2024.
+    capsule self-attention as in Geng et al., "OrthCaps: An Orthogonal
+    CapsNet with Sparse Attention Routing and Pruning", CVPR 2024.
     """
 
     def __init__(
@@ -59,6 +81,8 @@ class CapsuleAttention(keras.layers.Layer):
         window_size=None,
         squash_output=False,
         kernel_initializer="glorot_uniform",
+        kernel_regularizer=None,
+        kernel_constraint=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -66,7 +90,9 @@ class CapsuleAttention(keras.layers.Layer):
         self.top_k = None if top_k is None else positive_int(top_k, "top_k")
         self.window_size = None if window_size is None else positive_int(window_size, "window_size")
         self.squash_output = bool(squash_output)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        set_weight_arguments(
+            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
+        )
 
     def build(self, input_shape):
         if len(input_shape) != 3 or input_shape[-1] is None:
@@ -85,12 +111,12 @@ class CapsuleAttention(keras.layers.Layer):
                 f"`top_k` must be at most the number of capsules {n}. "
                 f"Received: top_k={self.top_k}"
             )
-        self.query_kernel = self.add_weight(
-            name="query_kernel", shape=(dim, dim), initializer=self.kernel_initializer
-        )
-        self.key_kernel = self.add_weight(
-            name="key_kernel", shape=(dim, dim), initializer=self.kernel_initializer
-        )
+        # Not autocast: the attention runs in float32 (`call`), so the
+        # kernels are read in float32, not rounded to float16 first.
+        for name in ("query_kernel", "key_kernel"):
+            setattr(self, name, self.add_weight(
+                name=name, shape=(dim, dim), autocast=False, **weight_options(self, "kernel")
+            ))
 
     def call(self, inputs, return_attention_scores=False):
         dtype = compute_dtype_for(self.compute_dtype)
@@ -147,6 +173,6 @@ class CapsuleAttention(keras.layers.Layer):
             top_k=self.top_k,
             window_size=self.window_size,
             squash_output=self.squash_output,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            **weight_arguments_config(self, "kernel"),
         )
         return config

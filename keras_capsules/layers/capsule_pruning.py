@@ -26,14 +26,23 @@ class CapsulePruning(keras.layers.Layer):
     OrthCaps prunes with a fixed cosine threshold in the same way.
 
     Args:
-        threshold: cosine similarity above which a capsule is pruned,
-            `-1 <= threshold <= 1`.
+        threshold: float, cosine similarity above which a capsule is
+            pruned, `-1 <= threshold <= 1`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
 
-    Example:
+    Call arguments:
+        inputs: capsules `x` of shape `(batch, n, dim)`.
 
-    >>> x = keras.Input((1152, 8))
-    >>> keras_capsules.layers.CapsulePruning(0.95)(x).shape
-    (None, 1152, 8)
+    Returns:
+        Capsules of shape `(batch, n, dim)`, the pruned ones zero.
+
+    Example (the third capsule repeats the first, scaled):
+
+    >>> x = np.array([[[1.0, 0.0], [0.0, 1.0], [2.0, 0.0]]], "float32")
+    >>> ops.convert_to_numpy(keras_capsules.layers.CapsulePruning(0.95)(x))
+    array([[[1., 0.],
+            [0., 1.],
+            [0., 0.]]], dtype=float32)
 
     Reference: Geng, Wang, Zhao, Ma & Yang, "OrthCaps: An Orthogonal CapsNet
     with Sparse Attention Routing and Pruning", CVPR 2024.

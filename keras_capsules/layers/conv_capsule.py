@@ -12,7 +12,10 @@ from keras_capsules.layers._common import (
     check_grid,
     get_router,
     serialize_router,
+    set_weight_arguments,
     split_capsule_inputs,
+    weight_arguments_config,
+    weight_options,
 )
 from keras_capsules.ops import householder_orthogonal
 from keras_capsules.routing.dynamic import DynamicRouting
@@ -29,17 +32,19 @@ class WindowedCapsule(keras.layers.Layer):
     extracts the windows, folds their positions into the batch axis, runs
     the router once on all of them and unfolds the result.
 
-    The weight, made from `kernel_initializer`, is the attribute (and weight)
-    named `_kernel_name`: `kernel`, or `householder` when it holds
-    Householder vectors (`ConvCapsule` with `orthogonal=True`).
+    The weight, made from the `kernel_*` arguments, is the attribute (and
+    weight) named `_kernel_name`: `kernel`, or `householder` when it holds
+    Householder vectors (`ConvCapsule` with `orthogonal=True`), which stay
+    float32 under mixed precision (`_kernel_autocast = False`).
     """
 
     rank = 2
     _kernel_name = "kernel"
+    _kernel_autocast = True
 
     def __init__(
         self, num_capsules, kernel_size, strides, padding, router, default_router,
-        kernel_initializer, **kwargs,
+        kernel_initializer, kernel_regularizer, kernel_constraint, **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
@@ -47,7 +52,9 @@ class WindowedCapsule(keras.layers.Layer):
         self.strides = int_tuple(strides, self.rank, "strides")
         self.padding = one_of(padding, ("valid", "same"), "padding")
         self.router = get_router(router, default_router, self.dtype_policy)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        set_weight_arguments(
+            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
+        )
 
     # Grid helpers -------------------------------------------------------
 
@@ -91,7 +98,8 @@ class WindowedCapsule(keras.layers.Layer):
         setattr(self, self._kernel_name, self.add_weight(
             name=self._kernel_name,
             shape=self._kernel_shape(types, in_dim),
-            initializer=self.kernel_initializer,
+            autocast=self._kernel_autocast,
+            **weight_options(self, "kernel"),
         ))
         votes_shape = self._votes_shape(types, self._out_dim(in_dim))
         # A router restored from a config arrives built (its build config
@@ -136,7 +144,7 @@ class WindowedCapsule(keras.layers.Layer):
             strides=self.strides,
             padding=self.padding,
             router=serialize_router(self.router),
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            **weight_arguments_config(self, "kernel"),
         )
         return config
 
@@ -155,17 +163,21 @@ class ConvCapsule(WindowedCapsule):
         kernel_initializer="glorot_uniform",
         return_activations=False,
         orthogonal=False,
+        kernel_regularizer=None,
+        kernel_constraint=None,
         **kwargs,
     ):
         super().__init__(
             num_capsules, kernel_size, strides, padding, router, DynamicRouting,
-            kernel_initializer, **kwargs,
+            kernel_initializer, kernel_regularizer, kernel_constraint, **kwargs,
         )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.return_activations = bool(return_activations)
         self.orthogonal = bool(orthogonal)
-        # With orthogonal=True the weight holds Householder vectors.
+        # With orthogonal=True the weight holds Householder vectors, whose
+        # reflections are computed in float32.
         self._kernel_name = "householder" if self.orthogonal else "kernel"
+        self._kernel_autocast = not self.orthogonal
 
     def _kernel_shape(self, types, in_dim):
         if self.orthogonal:
@@ -178,7 +190,8 @@ class ConvCapsule(WindowedCapsule):
         capsule_dim)`; with `orthogonal=True` each is the top-left block of a
         product of Householder reflections (see `Capsule`)."""
         if self.orthogonal:
-            return householder_orthogonal(self.householder, self.in_dim, self.capsule_dim)
+            w = householder_orthogonal(self.householder, self.in_dim, self.capsule_dim)
+            return ops.cast(w, self.compute_dtype)
         return self.kernel
 
     def _out_dim(self, in_dim):
@@ -218,10 +231,8 @@ class ConvCapsule(WindowedCapsule):
 class ConvCapsule2D(ConvCapsule):
     """Convolutional capsules: routing inside each `k x k` window of a grid.
 
-    Input poses `(batch, H, W, types, in_dim)` (optionally `[poses,
-    activations]`, activations `(batch, H, W, types)`, passed to the
-    router). For the output position `p` with window children
-    `u[b, p * s + o, t]` (kernel offset `o`, child type `t`):
+    For the output position `p` with window children `u[b, p * s + o, t]`
+    (kernel offset `o`, child type `t`):
 
     ```
     votes[b, p, (o, t), j, :] = u[b, p * s + o, t, :] @ W[o, t, j]
@@ -235,28 +246,47 @@ class ConvCapsule2D(ConvCapsule):
     folded into the batch axis, so the router runs once for all windows.
     `padding="same"` pads with zero capsules (zero activations).
 
-    Output: poses `(batch, H', W', num_capsules, capsule_dim)` (`H', W'` as
-    for a convolution), or `(poses, activations)` with
-    `return_activations=True`.
-
     Args:
-        num_capsules: parent capsule types per position.
-        capsule_dim: dimension of each parent capsule.
-        kernel_size, strides: int or pair.
+        num_capsules: int, parent capsule types per position.
+        capsule_dim: int, dimension of each parent capsule.
+        kernel_size: int or pair, the window `(kh, kw)`.
+        strides: int or pair, the window step `s`.
         padding: `"valid"` or `"same"`.
         router: a router, or its name or config (`keras_capsules.routing.get`);
             default `DynamicRouting()`.
-        kernel_initializer: initializer of `W`.
-        return_activations: also return the parent activations.
-        orthogonal: parametrise each transform as the top-left block of a
-            product of `max(in_dim, capsule_dim)` Householder reflections
-            (OrthCaps): rows (or columns) exactly orthonormal at every step.
+        kernel_initializer: initializer of `W` (of the Householder vectors
+            with `orthogonal=True`).
+        return_activations: bool, also return the parent activations.
+        orthogonal: bool, parametrise each transform as the top-left block
+            of a product of `max(in_dim, capsule_dim)` Householder
+            reflections (OrthCaps, as in `Capsule`): rows (or columns)
+            exactly orthonormal at every step; the weight is then
+            `householder`, kept and read in float32 under mixed precision.
+        kernel_regularizer: regularizer of `W` (of the Householder vectors
+            with `orthogonal=True`), or `None`.
+        kernel_constraint: constraint on `W` (on the Householder vectors
+            with `orthogonal=True`), or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: child poses `u` of shape `(batch, H, W, types, in_dim)`, or
+            `[poses, activations]` with activations `a` of shape
+            `(batch, H, W, types)`, passed to the router.
+
+    Returns:
+        Parent poses of shape `(batch, H', W', num_capsules, capsule_dim)`
+        (`H', W'` as for a convolution); with `return_activations=True`,
+        `(poses, activations)` with activations of shape `(batch, H', W',
+        num_capsules)`.
 
     Example:
 
     >>> u = keras.Input((8, 8, 4, 8))
     >>> keras_capsules.layers.ConvCapsule2D(6, 8, 3, strides=2)(u).shape
     (None, 3, 3, 6, 8)
+    >>> layer = keras_capsules.layers.ConvCapsule2D(6, 8, 3, strides=2, return_activations=True)
+    >>> [t.shape for t in layer(u)]
+    [(None, 3, 3, 6, 8), (None, 3, 3, 6)]
 
     References: LaLonde & Bagci, "Capsules for Object Segmentation"
     (SegCaps, 2018), locally-constrained routing; Hinton, Sabour & Frosst,
@@ -270,18 +300,35 @@ class ConvCapsule2D(ConvCapsule):
 class ConvCapsule1D(ConvCapsule):
     """Windowed routing over a capsule sequence (1-D convolutional capsules).
 
-    As `ConvCapsule2D` with one grid axis: input poses `(batch, L, types,
-    in_dim)`, or a plain capsule sequence `(batch, N, in_dim)` (one type);
-    activations `(batch, L, types)` (or `(batch, N)`). The children of each
-    window of `kernel_size` positions (`window_size`), moved by `strides`,
-    vote with `W: (kernel_size, types, num_capsules, in_dim, capsule_dim)`
-    and route among the window's parents:
+    As `ConvCapsule2D` with one grid axis. The children of each window of
+    `kernel_size` positions, moved by `strides`, vote with `W: (kernel_size,
+    types, num_capsules, in_dim, capsule_dim)` and route among the window's
+    parents:
 
     ```
     votes[b, p, (o, t), j, :] = u[b, p * s + o, t, :] @ W[o, t, j]
+    poses[b, p], activations[b, p] = router(votes[b, p], a[b, p * s + o, t])
     ```
 
-    Output poses `(batch, L', num_capsules, capsule_dim)`.
+    Args:
+        num_capsules, capsule_dim, router, kernel_initializer,
+        return_activations, orthogonal, kernel_regularizer,
+        kernel_constraint: as for `ConvCapsule2D`.
+        kernel_size: int, the window length (positions per window).
+        strides: int, the window step `s`.
+        padding: `"valid"` or `"same"`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: child poses of shape `(batch, L, types, in_dim)`, or a plain
+            capsule sequence `(batch, L, in_dim)` (one type); or `[poses,
+            activations]` with activations of shape `(batch, L, types)` (or
+            `(batch, L)`), passed to the router.
+
+    Returns:
+        Parent poses of shape `(batch, L', num_capsules, capsule_dim)` (`L'`
+        as for a convolution); with `return_activations=True`, `(poses,
+        activations)` with activations of shape `(batch, L', num_capsules)`.
 
     Example:
 

@@ -10,16 +10,28 @@ from keras_capsules.validation import positive_float
 class Length(keras.layers.Layer):
     """Length of each capsule: `safe_norm(poses, axis=-1)`.
 
-    `(batch, num_caps, dim) -> (batch, num_caps)`; the norm is
-    `sqrt(sum(x^2) + epsilon)`, differentiable at zero.
+    ```
+    lengths[b, ..., j] = sqrt(sum_d poses[b, ..., j, d]^2 + epsilon)
+    ```
+
+    The norm is differentiable at zero (and computed in float32 under
+    half-precision policies).
 
     Args:
-        epsilon: added under the square root, `> 0`.
+        epsilon: float, added under the square root, `> 0`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: capsules of shape `(batch, ..., num_caps, dim)`.
+
+    Returns:
+        Lengths of shape `(batch, ..., num_caps)`.
 
     Example:
 
-    >>> keras_capsules.layers.Length()(keras.ops.ones((2, 10, 16))).shape
-    (2, 10)
+    >>> poses = np.array([[[3.0, 4.0], [0.0, 0.0]]], "float32")   # (1, 2, 2)
+    >>> ops.convert_to_numpy(keras_capsules.layers.Length()(poses)).round(3)
+    array([[5., 0.]], dtype=float32)
 
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
     NeurIPS 2017 (class probability = capsule length).

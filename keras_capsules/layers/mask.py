@@ -13,24 +13,34 @@ class Mask(keras.layers.Layer):
 
     `Mask()([poses, labels])` keeps the capsule of the true class;
     `Mask()(poses)` keeps the longest capsule. Every other capsule is
-    zeroed and the result flattened to `(batch, num_caps * dim)`:
+    zeroed and the result flattened:
 
     ```
     outputs[b] = flatten(poses[b] * one_hot(label[b], num_caps)[:, None])
     ```
 
-    `labels` are integer class ids `(batch,)` or `(batch, 1)` (Keras's
-    sparse-label shape), or one-hot `(batch, num_caps)`. With
-    `num_caps == 1` a `(batch, 1)` label is read as one-hot. Any other
-    shape is a `ValueError`.
+    Args:
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: poses of shape `(batch, num_caps, dim)`, or `[poses,
+            labels]` with labels as integer class ids of shape `(batch,)` or
+            `(batch, 1)` (Keras's sparse-label shape), or one-hot of shape
+            `(batch, num_caps)`. With `num_caps == 1` a `(batch, 1)` label
+            is read as one-hot. Any other shape is a `ValueError`.
+
+    Returns:
+        The masked poses, flattened: shape `(batch, num_caps * dim)`.
 
     Example:
 
-    >>> poses = keras.random.normal((2, 10, 16))
-    >>> keras_capsules.layers.Mask()([poses, keras.ops.eye(10)[:2]]).shape
-    (2, 160)
-    >>> keras_capsules.layers.Mask()([poses, keras.ops.array([[3], [7]])]).shape
-    (2, 160)
+    >>> poses = np.arange(12, dtype="float32").reshape(2, 3, 2)
+    >>> ops.convert_to_numpy(keras_capsules.layers.Mask()([poses, np.array([2, 0])]))
+    array([[0., 0., 0., 0., 4., 5.],
+           [6., 7., 0., 0., 0., 0.]], dtype=float32)
+    >>> ops.convert_to_numpy(keras_capsules.layers.Mask()(poses))   # the longest
+    array([[ 0.,  0.,  0.,  0.,  4.,  5.],
+           [ 0.,  0.,  0.,  0., 10., 11.]], dtype=float32)
 
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
     NeurIPS 2017, section 4.1.

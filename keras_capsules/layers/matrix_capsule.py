@@ -13,6 +13,9 @@ from keras_capsules.layers._common import (
     check_matrix_inputs,
     get_router,
     serialize_router,
+    set_weight_arguments,
+    weight_arguments_config,
+    weight_options,
 )
 from keras_capsules.layers.conv_capsule import WindowedCapsule
 from keras_capsules.layers.primary_capsule import PrimaryConvolution
@@ -29,8 +32,8 @@ def pose_votes(matrices, kernel):
     optimizer searches the orderings of 7-8 letters for minutes, and on
     TensorFlow the einsum needs a 7-D transpose that TFLite runs only with
     Select TF ops. A broadcasting `(n, t, 1, 4, 4) @ (t, j, 4, 4)` matmul
-    exports too but is 1.6-15x slower than the einsum on torch (it expands
-    both operands).
+    exports too but is slower than the einsum on torch (it expands both
+    operands).
     """
     types, out = kernel.shape[:2]
     a = ops.reshape(ops.transpose(matrices, (1, 0, 2, 3)), (types, -1, 4))
@@ -49,21 +52,35 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
     ```
 
     Both convolutions run as one, on the kernels concatenated along the
-    output channels. Returns `[poses, activations]`. `ConvMatrixCapsule`
-    and `ClassMatrixCapsule` take 4x4 poses (the default `pose_shape`).
+    output channels. `ConvMatrixCapsule` and `ClassMatrixCapsule` take 4x4
+    poses (the default `pose_shape`).
 
     Args:
-        num_capsules: capsule types per position (32 in the paper).
+        num_capsules: int, capsule types `n` per position (32 in the paper).
         kernel_size, strides: int or pair (1 and 1 in the paper).
         padding: `"valid"` or `"same"`.
-        pose_shape: the pose matrix shape, `(4, 4)`.
-        kernel_initializer, bias_initializer: initializers of both convs.
-        implementation: `"conv"` (native convolution), `"matmul"` (strided
-            slices + one matmul; same numbers), `"hybrid"` (native forward
-            and input gradient, kernel gradient as one matmul) or `"auto"`:
-            `"matmul"` where XLA's CPU conv is slow (JAX on CPU; TensorFlow
-            on CPU when strided), `"hybrid"` on torch on CPU when strided,
-            else `"conv"` (see `keras_capsules.conv.resolve_implementation`).
+        pose_shape: pair, the pose matrix shape, `(4, 4)`.
+        kernel_initializer, bias_initializer: initializers of both
+            convolutions' kernels (`W_pose`, `W_act`) and biases (`b_pose`,
+            `b_act`).
+        implementation: how the convolution is computed: `"conv"`,
+            `"matmul"`, `"hybrid"` or `"auto"` (the same numbers; see
+            `keras_capsules.conv.resolve_implementation`).
+        kernel_regularizer, bias_regularizer: regularizers of both kernels
+            and of both biases, or `None`.
+        kernel_constraint, bias_constraint: constraints on both kernels and
+            on both biases, or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: images (feature maps) `x` of shape `(batch, height, width,
+            channels)`.
+
+    Returns:
+        `[poses, activations]`: poses of shape `(batch, H', W', num_capsules,
+        prod(pose_shape))` (row-major pose matrices) and activations in
+        `(0, 1)` of shape `(batch, H', W', num_capsules)`, `H', W'` as for a
+        convolution.
 
     Example:
 
@@ -86,11 +103,16 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         implementation="auto",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(
             num_capsules, kernel_size, strides, padding, kernel_initializer,
-            bias_initializer, implementation, **kwargs,
+            bias_initializer, implementation, kernel_regularizer, bias_regularizer,
+            kernel_constraint, bias_constraint, **kwargs,
         )
         self.pose_shape = int_tuple(pose_shape, 2, "pose_shape")
 
@@ -101,10 +123,10 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
             setattr(self, f"{name}_kernel", self.add_weight(
                 name=f"{name}_kernel",
                 shape=(*self.kernel_size, input_shape[-1], filters),
-                initializer=self.kernel_initializer,
+                **weight_options(self, "kernel"),
             ))
             setattr(self, f"{name}_bias", self.add_weight(
-                name=f"{name}_bias", shape=(filters,), initializer=self.bias_initializer
+                name=f"{name}_bias", shape=(filters,), **weight_options(self, "bias")
             ))
 
     def call(self, inputs):
@@ -142,17 +164,28 @@ class ConvMatrixCapsule(WindowedCapsule):
 
     The router (default `EMRouting()`) runs inside each window: its
     `k * k * types` children compete only among that window's parents
-    (window positions are folded into the batch axis). Takes and returns
-    `[poses (batch, H, W, types, 16), activations (batch, H, W, types)]`.
+    (window positions are folded into the batch axis).
 
     Args:
-        num_capsules: parent capsule types per position.
-        kernel_size, strides: int or pair.
+        num_capsules: int, parent capsule types per position.
+        kernel_size, strides: int or pair, the window and its step `s`.
         padding: `"valid"` (the paper) or `"same"`.
         router: a router, or its name or config (`keras_capsules.routing.get`);
             default `EMRouting()`.
         kernel_initializer: initializer of `W`, shape `(kh, kw, types,
             num_capsules, 4, 4)`.
+        kernel_regularizer: regularizer of `W`, or `None`.
+        kernel_constraint: constraint on `W`, or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: `[poses, activations]`, child poses `M` of shape `(batch, H,
+            W, types, 16)` (row-major 4x4 matrices) and activations `a` of
+            shape `(batch, H, W, types)`.
+
+    Returns:
+        `[poses, activations]` of shapes `(batch, H', W', num_capsules, 16)`
+        and `(batch, H', W', num_capsules)`, `H', W'` as for a convolution.
 
     Example:
 
@@ -175,11 +208,13 @@ class ConvMatrixCapsule(WindowedCapsule):
         padding="valid",
         router=None,
         kernel_initializer="glorot_uniform",
+        kernel_regularizer=None,
+        kernel_constraint=None,
         **kwargs,
     ):
         super().__init__(
             num_capsules, kernel_size, strides, padding, router, EMRouting,
-            kernel_initializer, **kwargs,
+            kernel_initializer, kernel_regularizer, kernel_constraint, **kwargs,
         )
 
     def _grid_shapes(self, input_shape):
@@ -221,18 +256,29 @@ class ClassMatrixCapsule(keras.layers.Layer):
     poses, activations = router(votes, a[b, (h, w, t)])
     ```
 
-    Takes `[poses (batch, H, W, types, 16), activations (batch, H, W,
-    types)]`; returns `[poses (batch, num_capsules, 16), activations
-    (batch, num_capsules)]`. Default router: `EMRouting()`.
+    Default router: `EMRouting()`.
 
     Args:
-        num_capsules: number of class capsules (one per class). The old
+        num_capsules: int, number of class capsules (one per class). The old
             keyword `num_classes` still works, with a `DeprecationWarning`.
         router: a router, or its name or config (`keras_capsules.routing.get`);
             default `EMRouting()`.
-        coordinate_addition: add the scaled child coordinates to the votes.
+        coordinate_addition: bool, add the scaled child coordinates to the
+            votes.
         kernel_initializer: initializer of `W`, shape `(types, num_capsules,
             4, 4)`.
+        kernel_regularizer: regularizer of `W`, or `None`.
+        kernel_constraint: constraint on `W`, or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: `[poses, activations]`, child poses `M` of shape `(batch, H,
+            W, types, 16)` (row-major 4x4 matrices, `H`, `W` and `types`
+            known) and activations `a` of shape `(batch, H, W, types)`.
+
+    Returns:
+        `[poses, activations]` of shapes `(batch, num_capsules, 16)` and
+        `(batch, num_capsules)`.
 
     Example:
 
@@ -253,6 +299,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
         router=None,
         coordinate_addition=True,
         kernel_initializer="glorot_uniform",
+        kernel_regularizer=None,
+        kernel_constraint=None,
         **kwargs,
     ):
         name = "num_capsules"
@@ -268,7 +316,9 @@ class ClassMatrixCapsule(keras.layers.Layer):
         self.num_capsules = positive_int(num_capsules, name)
         self.router = get_router(router, EMRouting, self.dtype_policy)
         self.coordinate_addition = bool(coordinate_addition)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        set_weight_arguments(
+            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
+        )
 
     def build(self, input_shape):
         poses_shape, _ = check_matrix_inputs(self.__class__.__name__, input_shape)
@@ -279,9 +329,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
             )
         height, width, types = poses_shape[1:4]
         self.kernel = self.add_weight(
-            name="kernel",
-            shape=(types, self.num_capsules, 4, 4),
-            initializer=self.kernel_initializer,
+            name="kernel", shape=(types, self.num_capsules, 4, 4),
+            **weight_options(self, "kernel"),
         )
         in_caps = height * width * types
         # See WindowedCapsule.build.
@@ -315,7 +364,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
             num_capsules=self.num_capsules,
             router=serialize_router(self.router),
             coordinate_addition=self.coordinate_addition,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            **weight_arguments_config(self, "kernel"),
         )
         return config
 

@@ -4,7 +4,12 @@ import keras
 from keras import ops
 
 from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation
-from keras_capsules.layers._common import check_kernel_fits
+from keras_capsules.layers._common import (
+    check_kernel_fits,
+    set_weight_arguments,
+    weight_arguments_config,
+    weight_options,
+)
 from keras_capsules.ops import squash
 from keras_capsules.validation import int_tuple, one_of, positive_int
 
@@ -16,15 +21,18 @@ class PrimaryConvolution(keras.layers.Layer):
 
     def __init__(
         self, num_capsules, kernel_size, strides, padding, kernel_initializer,
-        bias_initializer, implementation, **kwargs,
+        bias_initializer, implementation, kernel_regularizer, bias_regularizer,
+        kernel_constraint, bias_constraint, **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
         self.kernel_size = int_tuple(kernel_size, 2, "kernel_size")
         self.strides = int_tuple(strides, 2, "strides")
         self.padding = one_of(padding, ("valid", "same"), "padding")
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
+        set_weight_arguments(
+            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
+        )
+        set_weight_arguments(self, "bias", bias_initializer, bias_regularizer, bias_constraint)
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
 
     def _check_images(self, input_shape):
@@ -52,9 +60,9 @@ class PrimaryConvolution(keras.layers.Layer):
             kernel_size=self.kernel_size,
             strides=self.strides,
             padding=self.padding,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
             implementation=self.implementation,
+            **weight_arguments_config(self, "kernel"),
+            **weight_arguments_config(self, "bias"),
         )
         return config
 
@@ -74,19 +82,29 @@ class PrimaryCapsule(PrimaryConvolution):
     ```
 
     Args:
-        num_capsules: capsule types per position (32 in the paper).
-        capsule_dim: dimension of each capsule (8 in the paper).
+        num_capsules: int, capsule types per position (32 in the paper).
+        capsule_dim: int, dimension of each capsule (8 in the paper).
         kernel_size: int or pair.
         strides: int or pair.
         padding: `"valid"` or `"same"`.
-        squash: apply `keras_capsules.ops.squash` to the capsules.
-        kernel_initializer, bias_initializer: initializers.
-        implementation: `"conv"` (native convolution), `"matmul"` (strided
-            slices + one matmul; same numbers), `"hybrid"` (native forward
-            and input gradient, kernel gradient as one matmul) or `"auto"`:
-            `"matmul"` where XLA's CPU conv is slow (JAX on CPU; TensorFlow
-            on CPU when strided), `"hybrid"` on torch on CPU when strided,
-            else `"conv"` (see `keras_capsules.conv.resolve_implementation`).
+        squash: bool, apply `keras_capsules.ops.squash` to the capsules.
+        kernel_initializer, bias_initializer: initializers of the
+            convolution's kernel and bias.
+        implementation: how the convolution is computed: `"conv"`,
+            `"matmul"`, `"hybrid"` or `"auto"` (the same numbers; see
+            `keras_capsules.conv.resolve_implementation`).
+        kernel_regularizer, bias_regularizer: regularizers of the kernel
+            and bias, or `None`.
+        kernel_constraint, bias_constraint: constraints on the kernel and
+            bias, or `None`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: images `x` of shape `(batch, height, width, channels)`.
+
+    Returns:
+        Capsules of shape `(batch, H' * W' * num_capsules, capsule_dim)`,
+        `H', W'` as for a convolution.
 
     Example (the paper's 1152 primary capsules):
 
@@ -109,11 +127,16 @@ class PrimaryCapsule(PrimaryConvolution):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         implementation="auto",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(
             num_capsules, kernel_size, strides, padding, kernel_initializer,
-            bias_initializer, implementation, **kwargs,
+            bias_initializer, implementation, kernel_regularizer, bias_regularizer,
+            kernel_constraint, bias_constraint, **kwargs,
         )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.squash = bool(squash)
@@ -122,13 +145,10 @@ class PrimaryCapsule(PrimaryConvolution):
         self._check_images(input_shape)
         filters = self.num_capsules * self.capsule_dim
         self.kernel = self.add_weight(
-            name="kernel",
-            shape=(*self.kernel_size, input_shape[-1], filters),
-            initializer=self.kernel_initializer,
+            name="kernel", shape=(*self.kernel_size, input_shape[-1], filters),
+            **weight_options(self, "kernel"),
         )
-        self.bias = self.add_weight(
-            name="bias", shape=(filters,), initializer=self.bias_initializer
-        )
+        self.bias = self.add_weight(name="bias", shape=(filters,), **weight_options(self, "bias"))
 
     def call(self, inputs):
         y = self._conv(inputs, self.kernel, self.bias)

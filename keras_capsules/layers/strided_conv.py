@@ -24,18 +24,42 @@ class StridedConv2D(keras.layers.Conv2D):
     - `"hybrid"`: the native forward and input gradient, the kernel gradient
       as one matmul on the patches (`keras_capsules.conv.conv2d_hybrid`);
       the same restrictions as `"matmul"`.
-    - `"auto"`: `"matmul"` where XLA's CPU convolution is slow: on JAX on
-      CPU for every stride, on TensorFlow on CPU for strided convolutions
-      (whose input gradient XLA computes ~20x slower than slices + matmul);
-      `"hybrid"` for strided convolutions on torch on CPU; `"conv"`
-      everywhere else, including the cases `"matmul"` does not cover (see
-      `keras_capsules.conv.resolve_implementation` and `benchmarks/conv.py`).
+    - `"auto"`: the fastest of these for the backend and device (see
+      `keras_capsules.conv.resolve_implementation`); `"conv"` where
+      `"matmul"` does not apply.
 
-    Example (the first layer of the matrix-capsule network):
+    Args:
+        filters, kernel_size, strides: as for `keras.layers.Conv2D`.
+        implementation: `"conv"`, `"matmul"`, `"hybrid"` or `"auto"`.
+        **kwargs: the other arguments of `keras.layers.Conv2D` (`padding`,
+            `activation`, `kernel_initializer`, `kernel_regularizer`,
+            `kernel_constraint`, the `bias_*` ones, ...).
+
+    Call arguments:
+        inputs: images of shape `(batch, height, width, channels)`
+            (`data_format="channels_last"`, the default).
+
+    Returns:
+        Feature maps of shape `(batch, H', W', filters)`, `H', W'` as for
+        `keras.layers.Conv2D`.
+
+    Example (the first layer of the matrix-capsule network, and the
+    implementations agreeing):
 
     >>> x = keras.Input((32, 32, 2))
     >>> keras_capsules.layers.StridedConv2D(32, 5, strides=2, activation="relu")(x).shape
     (None, 14, 14, 32)
+    >>> images = np.linspace(-1, 1, 2 * 6 * 6 * 3, dtype="float32").reshape(2, 6, 6, 3)
+    >>> conv = keras_capsules.layers.StridedConv2D(4, 3, strides=2, implementation="conv")
+    >>> matmul = keras_capsules.layers.StridedConv2D(4, 3, strides=2, implementation="matmul")
+    >>> y = conv(images)
+    >>> matmul.build(images.shape)
+    >>> matmul.set_weights(conv.get_weights())
+    >>> np.allclose(ops.convert_to_numpy(matmul(images)), ops.convert_to_numpy(y), atol=1e-5)
+    True
+
+    Reference: Dumoulin & Visin, "A guide to convolution arithmetic for
+    deep learning", 2016 (the output sizes).
     """
 
     def __init__(self, filters, kernel_size, strides=(1, 1), implementation="auto", **kwargs):

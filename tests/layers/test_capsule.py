@@ -16,6 +16,10 @@ ACTIVATIONS = RNG.uniform(size=(2, 6)).astype("float32")
 
 
 class TestCapsule(LayerTestCase):
+    def test_weight_arguments(self):
+        self.run_weight_arguments_test(
+            Capsule, {"num_capsules": 3, "capsule_dim": 5}, POSES, {"kernel": ["kernel"]})
+
     @pytest.mark.parametrize("share_weights", (False, True))
     def test_layer(self, share_weights):
         self.run_layer_test(

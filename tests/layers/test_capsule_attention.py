@@ -11,6 +11,27 @@ CAPSULES = np.random.default_rng(0).normal(size=(2, 6, 8)).astype("float32")
 
 
 class TestCapsuleAttention(LayerTestCase):
+    def test_weight_arguments(self):
+        self.run_weight_arguments_test(
+            CapsuleAttention, {"num_heads": 2}, CAPSULES,
+            {"kernel": ["query_kernel", "key_kernel"]})
+
+    def test_kernels_are_read_in_float32_under_mixed_precision(self):
+        """Kernels too large for float16 (read as float16 they would be
+        inf): the attention, in float32, matches the float32 layer on the
+        same float16-rounded inputs."""
+        x16 = CAPSULES.astype("float16").astype("float32")
+        layers = [CapsuleAttention(2, dtype=policy) for policy in ("mixed_float16", "float32")]
+        for layer in layers:
+            layer.build(CAPSULES.shape)
+            layer.query_kernel.assign(1e5 * np.eye(8, dtype="float32"))
+            layer.key_kernel.assign(np.eye(8, dtype="float32") / 1e5)
+        (mixed, mixed_scores), (full, full_scores) = (
+            layer(x16, return_attention_scores=True) for layer in layers)
+        assert keras.backend.standardize_dtype(mixed.dtype) == "float16"
+        np.testing.assert_allclose(to_numpy(mixed_scores), to_numpy(full_scores), atol=1e-3)
+        np.testing.assert_allclose(to_numpy(mixed), to_numpy(full), rtol=1e-3, atol=1e-3)
+
     def test_layer(self):
         self.run_layer_test(
             CapsuleAttention, {"num_heads": 2, "top_k": 2, "window_size": 3}, CAPSULES,

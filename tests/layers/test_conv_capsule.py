@@ -19,6 +19,11 @@ DYNAMIC2 = keras.saving.serialize_keras_object(DynamicRouting(iterations=2))
 
 
 class TestConvCapsule2D(LayerTestCase):
+    def test_weight_arguments(self):
+        self.run_weight_arguments_test(
+            ConvCapsule2D, {"num_capsules": 3, "capsule_dim": 4, "kernel_size": 3}, GRID,
+            {"kernel": ["kernel"]})
+
     def test_layer(self):
         self.run_layer_test(
             ConvCapsule2D, {"num_capsules": 3, "capsule_dim": 4, "kernel_size": 3,
@@ -95,6 +100,11 @@ class TestConvCapsule2D(LayerTestCase):
 
 
 class TestConvCapsule1D(LayerTestCase):
+    def test_weight_arguments(self):
+        self.run_weight_arguments_test(
+            ConvCapsule1D, {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 3}, SEQUENCE,
+            {"kernel": ["kernel"]})
+
     def test_layer_on_a_plain_sequence(self):
         self.run_layer_test(
             ConvCapsule1D, {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 3,

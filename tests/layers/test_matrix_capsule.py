@@ -21,6 +21,12 @@ EM2 = keras.saving.serialize_keras_object(EMRouting(iterations=2))
 
 
 class TestPrimaryMatrixCapsule(LayerTestCase):
+    def test_weight_arguments(self):
+        self.run_weight_arguments_test(
+            PrimaryMatrixCapsule, {"num_capsules": 2, "kernel_size": 2}, IMAGES,
+            {"kernel": ["pose_kernel", "activation_kernel"],
+             "bias": ["pose_bias", "activation_bias"]})
+
     def test_layer(self):
         self.run_layer_test(PrimaryMatrixCapsule, {"num_capsules": 3, "kernel_size": 2},
                             IMAGES, ((2, 4, 4, 3, 16), (2, 4, 4, 3)),
@@ -52,6 +58,11 @@ class TestPrimaryMatrixCapsule(LayerTestCase):
 
 
 class TestConvMatrixCapsule(LayerTestCase):
+    def test_weight_arguments(self):
+        self.run_weight_arguments_test(
+            ConvMatrixCapsule, {"num_capsules": 2, "kernel_size": 3, "router": EM2},
+            [POSES, GRID_ACTIVATIONS], {"kernel": ["kernel"]})
+
     def test_layer(self):
         self.run_layer_test(
             ConvMatrixCapsule, {"num_capsules": 3, "kernel_size": 3, "strides": 2, "router": EM2},
@@ -90,6 +101,11 @@ class TestConvMatrixCapsule(LayerTestCase):
 
 
 class TestClassMatrixCapsule(LayerTestCase):
+    def test_weight_arguments(self):
+        self.run_weight_arguments_test(
+            ClassMatrixCapsule, {"num_capsules": 2, "router": EM2},
+            [POSES, GRID_ACTIVATIONS], {"kernel": ["kernel"]})
+
     def test_layer(self):
         self.run_layer_test(ClassMatrixCapsule, {"num_classes": 3, "router": EM2},
                             [POSES, GRID_ACTIVATIONS], ((2, 3, 16), (2, 3)),

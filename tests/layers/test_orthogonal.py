@@ -13,6 +13,24 @@ CAPSULES = RNG.normal(size=(2, 6, 8)).astype("float32")
 
 
 class TestOrthogonalCapsule(LayerTestCase):
+    def test_weight_arguments_govern_the_householder_vectors(self):
+        self.run_weight_arguments_test(
+            Capsule, {"num_capsules": 3, "capsule_dim": 4, "orthogonal": True}, CAPSULES,
+            {"kernel": ["householder"]})
+
+    def test_householder_vectors_are_read_in_float32_under_mixed_precision(self):
+        """Vectors too large for float16 (read as float16 they would be inf):
+        the mixed layer matches the float32 layer on the same float16-rounded
+        inputs, within float16 rounding of the votes."""
+        x16 = CAPSULES[..., :5].astype("float16").astype("float32")
+        layers = [Capsule(3, 4, orthogonal=True, dtype=p) for p in ("mixed_float16", "float32")]
+        v = 1e5 * RNG.normal(size=(6, 3, 5, 5)).astype("float32")
+        for layer in layers:
+            layer.build(x16.shape)
+            layer.householder.assign(v)
+        mixed, full = (to_numpy(layer(x16)) for layer in layers)
+        np.testing.assert_allclose(mixed, full, rtol=1e-2, atol=1e-2)
+
     def test_layer(self):
         self.run_layer_test(
             Capsule, {"num_capsules": 3, "capsule_dim": 4, "orthogonal": True},
@@ -47,6 +65,14 @@ class TestOrthogonalCapsule(LayerTestCase):
 
 
 class TestOrthogonalConvCapsule(LayerTestCase):
+    def test_weight_arguments_govern_the_householder_vectors(self):
+        from keras_capsules.layers import ConvCapsule2D
+
+        grid = RNG.normal(size=(2, 4, 4, 2, 3)).astype("float32")
+        self.run_weight_arguments_test(
+            ConvCapsule2D, {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 2,
+                            "orthogonal": True}, grid, {"kernel": ["householder"]})
+
     def test_layer(self):
         from keras_capsules.layers import ConvCapsule2D
 

@@ -11,6 +11,11 @@ IMAGES = np.random.default_rng(0).normal(size=(2, 9, 9, 3)).astype("float32")
 
 
 class TestPrimaryCapsule(LayerTestCase):
+    def test_weight_arguments(self):
+        self.run_weight_arguments_test(
+            PrimaryCapsule, {"num_capsules": 2, "capsule_dim": 3, "kernel_size": 3}, IMAGES,
+            {"kernel": ["kernel"], "bias": ["bias"]})
+
     def test_layer(self):
         self.run_layer_test(
             PrimaryCapsule, {"num_capsules": 4, "capsule_dim": 5, "kernel_size": 3,

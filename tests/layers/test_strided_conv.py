@@ -11,6 +11,12 @@ IMAGES = np.random.default_rng(0).normal(size=(2, 9, 9, 3)).astype("float32")
 
 
 class TestStridedConv2D(LayerTestCase):
+    def test_weight_arguments(self):
+        """Keras's own Conv2D arguments, passed through."""
+        self.run_weight_arguments_test(
+            StridedConv2D, {"filters": 2, "kernel_size": 3, "implementation": "matmul"}, IMAGES,
+            {"kernel": ["kernel"], "bias": ["bias"]})
+
     def test_layer(self):
         self.run_layer_test(
             StridedConv2D, {"filters": 4, "kernel_size": 3, "strides": 2, "activation": "relu",
