@@ -50,6 +50,12 @@ class Router(keras.layers.Layer):
     activations `(batch, in_caps)`.
 
     Args:
+        remat: recompute the routing in the backward pass instead of
+            keeping its intermediate tensors for it (`keras.remat`:
+            `jax.checkpoint`, `tf.recompute_grad`, torch's non-reentrant
+            `checkpoint`). A training step then holds fewer vote-sized
+            buffers, and runs the routing's forward pass twice.
+            Outputs and gradients are unchanged. Default `False`.
         **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Call arguments:
@@ -77,8 +83,11 @@ class Router(keras.layers.Layer):
     # Votes axes whose sizes the router's weights fix (see the docstring).
     weight_axes = ()
 
-    def __init__(self, **kwargs):
+    def __init__(self, remat=False, **kwargs):
         super().__init__(**kwargs)
+        if not isinstance(remat, bool):
+            raise ValueError(f"`remat` must be True or False. Received: remat={remat!r}")
+        self.remat = remat
         # Votes reach `call` in their own dtype (not cast down to a half
         # compute dtype first) and router weights are read in float32.
         self.autocast = False
@@ -127,9 +136,24 @@ class Router(keras.layers.Layer):
         votes = ops.cast(votes, dtype)
         if activations is not None:
             activations = ops.cast(activations, dtype)
-        outputs = self.route(votes, activations)
-        outputs = tuple(ops.cast(t, self.compute_dtype) for t in outputs)
-        return outputs if return_coefficients else outputs[:2]
+        count = 3 if return_coefficients else 2
+        if not self.remat:
+            outputs = self.route(votes, activations)[:count]
+        elif activations is None:
+            # Only tensors go through `keras.remat` (`tf.recompute_grad`
+            # differentiates every argument), and only the outputs the
+            # caller takes.
+            outputs = keras.remat(lambda v: tuple(self.route(v, None)[:count]))(votes)
+        else:
+            outputs = keras.remat(lambda v, a: tuple(self.route(v, a)[:count]))(
+                votes, activations
+            )
+        return tuple(ops.cast(t, self.compute_dtype) for t in outputs)
+
+    def get_config(self):
+        config = super().get_config()
+        config["remat"] = self.remat
+        return config
 
     def route(self, votes, activations):
         raise NotImplementedError(
