@@ -47,7 +47,8 @@ class DynamicRouting(Router):
         step_size: multiplies each logit update, `> 0`.
         stop_gradient: stop gradients through the votes in every iteration
             but the last.
-        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+        **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
+            arguments (`name`, `dtype`).
 
     Call arguments:
         votes: `u`, `(batch, in_caps, out_caps, dim)`.

@@ -57,7 +57,8 @@ class EMRouting(Router):
         inverse_temperature: `None` (the schedule above), a number (a
             constant `lambda`), or a sequence of `iterations` numbers.
         epsilon: variance floor, `> 0`.
-        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+        **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
+            arguments (`name`, `dtype`).
 
     `beta_u` and `beta_a` are the router's own per-parent offsets (zeros,
     no regularizer or constraint arguments: they are not kernels).

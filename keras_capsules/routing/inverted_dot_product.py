@@ -36,7 +36,8 @@ class InvertedDotProductRouting(Router):
         iterations: number of pose updates, `>= 1` (the first one uses
             uniform coefficients).
         temperature: divides the agreement logits, `> 0`.
-        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+        **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
+            arguments (`name`, `dtype`).
 
     The scale and offset are the router's own LayerNorm weights (no
     initializer, regularizer or constraint arguments: they are not

@@ -31,7 +31,8 @@ class SelfAttentionRouting(Router):
     Args:
         temperature: divides the logits before the softmax, `> 0`.
         use_priors: learn the priors `B`; needs a known `in_caps`.
-        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+        **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
+            arguments (`name`, `dtype`).
 
     `B` is the router's own weight (zeros, no regularizer or constraint
     arguments: it is not a kernel).

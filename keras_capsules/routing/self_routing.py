@@ -36,7 +36,8 @@ class SelfRouting(Router):
     `routing_bias`; zeros, no regularizer or constraint arguments).
 
     Args:
-        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+        **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
+            arguments (`name`, `dtype`).
 
     Call arguments:
         votes: `u`, `(batch, in_caps, out_caps, dim)`.
