@@ -7,7 +7,7 @@ import pytest
 from keras_capsules import routing
 from keras_capsules.layers import Capsule
 from keras_capsules.routing import DynamicRouting, EMRouting, SelfAttentionRouting
-from tests.test_case import BACKEND, to_numpy
+from tests.test_case import BACKEND, LayerTestCase, to_numpy
 
 
 def test_a_router_without_weights_may_be_shared():
@@ -123,3 +123,12 @@ def test_remat_round_trips_through_the_config(name):
 def test_remat_must_be_a_bool():
     with pytest.raises(ValueError, match="Received: remat='yes'"):
         DynamicRouting(remat="yes")
+
+
+class TestRematRouter(LayerTestCase):
+    def test_layer(self):
+        # Save/load, a jit-compiled train step and mixed precision, with remat.
+        votes = np.random.default_rng(0).normal(size=(2, 6, 3, 16)).astype("float32")
+        self.run_layer_test(EMRouting, {"iterations": 2, "remat": True}, votes,
+                            ((2, 3, 16), (2, 3)), expected_num_trainable_weights=2,
+                            expected_num_non_trainable_weights=0)
