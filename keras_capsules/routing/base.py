@@ -51,11 +51,14 @@ class Router(keras.layers.Layer):
 
     Args:
         remat: recompute the routing in the backward pass instead of
-            keeping its intermediate tensors for it (`keras.remat`:
+            keeping its intermediate tensors until then (`keras.remat`:
             `jax.checkpoint`, `tf.recompute_grad`, torch's non-reentrant
-            `checkpoint`). A training step then holds fewer vote-sized
-            buffers, and runs the routing's forward pass twice.
-            Outputs and gradients are unchanged. Default `False`.
+            `checkpoint`). Outputs and gradients are unchanged; the
+            routing's forward pass runs twice. The routing's backward pass
+            recreates those tensors all at once, so the peak memory of a
+            step falls only where other layers' stored activations would
+            otherwise coexist with them (benchmarks/README.md). Default
+            `False`.
         **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Call arguments:
