@@ -99,8 +99,8 @@ class MatrixCapsNet(keras.Model):
         coordinate_addition: add the scaled position of each child to its
             class votes (the paper's coordinate addition).
         margin: initial margin of the model's own `SpreadLoss`.
-        implementation: `"auto"`, `"conv"`, `"matmul"` or `"hybrid"`, how the strided
-            first convolution is computed (the rule:
+        implementation: `"auto"`, `"conv"`, `"matmul"`, `"hybrid"` or
+            `"space_to_depth"`, how the strided first convolution is computed (the rule:
             `keras_capsules.conv.resolve_implementation`).
         **kwargs: `keras.Model` arguments (`name`, `dtype`: the dtype
             policy of every layer, kept by `get_config`).
