@@ -13,6 +13,7 @@ from keras_capsules.layers.matrix_capsule import (
 )
 from keras_capsules.layers.strided_conv import StridedConv2D
 from keras_capsules.losses import SpreadLoss
+from keras_capsules.models._compile import AutoXLACompile
 from keras_capsules.models.base import one_hot_labels
 from keras_capsules.routing.em import EMRouting
 from keras_capsules.validation import (
@@ -34,7 +35,7 @@ _PAPER_NAMES = {
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNet(keras.Model):
+class MatrixCapsNet(AutoXLACompile, keras.Model):
     """Matrix capsules with EM routing: 4x4 pose matrices and activations.
 
     ```
@@ -71,6 +72,12 @@ class MatrixCapsNet(keras.Model):
     with `jit_compile=True` on TensorFlow and JAX). Without it the margin
     stays at `margin`. There is no reconstruction decoder (the paper has
     none), so this model has no `reconstruct`.
+
+    `compile(jit_compile="auto")`, the default, also turns XLA on with
+    TensorFlow on CPU (Keras's own `"auto"` leaves it off there), except
+    with `run_eagerly=True` or under a `tf.distribute` strategy; pass
+    `jit_compile=False` to opt out. `compile` then tells the first
+    convolution whether XLA compiles it, for its `implementation="auto"`.
 
     Parameter count (`count_params()`, every weight is trainable): with
     the defaults (all four sizes 32, input (32, 32, 2), 5 classes) it is
