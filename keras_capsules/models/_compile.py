@@ -33,3 +33,10 @@ class AutoXLACompile:
             super().compile(*args, jit_compile=jit_compile, **kwargs)
         if backend in ("tensorflow", "jax"):  # torch.compile is not XLA
             set_xla(self, bool(self.jit_compile))
+
+    def compile_from_config(self, config):
+        # Keras's own, which skips models that override `compile`: a loaded
+        # `.keras` file comes back compiled, through the `compile` above.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if hasattr(self, "optimizer") and self.built:
+            self.optimizer.build(self.trainable_variables)  # its variables, to load

@@ -3,6 +3,7 @@ compute_loss, reconstruction, routing coefficients, fit and saving, argument che
 
 import os
 import tempfile
+import warnings
 
 import keras
 import numpy as np
@@ -182,6 +183,15 @@ def check_compile_auto_and_xla_hint(model, conv_layer):
         assert model.jit_compile is False
         if BACKEND == "tensorflow":
             assert conv_layer._xla is False and resolved() == "conv"
+    # A loaded model comes back compiled as saved (Keras skips models whose
+    # `compile` is overridden unless `compile_from_config` is too).
+    model.compile(optimizer="adam", jit_compile=False)
+    model.optimizer.build(model.trainable_variables)  # as after `fit`
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "`compile\\(\\)` was not called")
+        loaded = round_trip(model)
+    assert loaded.compiled and loaded.jit_compile is False
+    assert isinstance(loaded.optimizer, keras.optimizers.Adam)
 
 
 def test_compile_auto_uses_xla_on_tensorflow_cpu_and_tells_the_layers():
