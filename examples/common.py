@@ -160,8 +160,9 @@ def resolve_jit_compile(flag, backend=None, xla_on_cpu=False, torch_compile=Fals
       Efficient-CapsNet is faster eager, so its examples never compile on
       torch.
     - TensorFlow: XLA when `xla_on_cpu` (both CapsNet examples set it:
-      they train faster with XLA on CPU), else Keras's own `"auto"`, which
-      uses XLA only with a GPU.
+      they train faster with XLA on CPU), else `"auto"`: XLA on CPU too for
+      the ready models (their `compile`; not under `--distribute`), Keras's
+      own `"auto"`, XLA only with a GPU, for other models.
     - JAX: Keras's `"auto"`, i.e. jit.
     """
     if flag != "auto":

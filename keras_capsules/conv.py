@@ -1,11 +1,15 @@
 """Sliding windows as strided slices, and 2-D convolution built on them.
 
-A convolution can be computed three ways (`conv2d`): natively, as `kh * kw`
+A convolution can be computed four ways (`conv2d`): natively, as `kh * kw`
 strided slices, concatenated, and one matmul (whose backward pass is a
-matmul and pads), or natively with the kernel gradient as one matmul on
-the patches. Which is fastest depends on the backend and device: the
-`implementation=` argument of the layers, and the rule its `"auto"`
-follows, are explained once, in `resolve_implementation`.
+matmul and pads), natively with the kernel gradient as one matmul on the
+patches, or as one stride-1 convolution of the input rearranged into
+stride-sized blocks (space to depth; every gradient is then a stride-1
+convolution's). Which is fastest depends on the backend, the device and
+whether XLA compiles the step: the `implementation=` argument of the
+layers, and the rule its `"auto"` follows, are explained once, in
+`resolve_implementation`; ready models tell their layers about XLA
+(`set_xla`).
 
 The same per-offset slices give the windows of the convolutional capsule
 layers (`extract_windows`).
@@ -16,10 +20,10 @@ import itertools
 import keras
 from keras import ops
 
-IMPLEMENTATIONS = ("auto", "conv", "matmul", "hybrid")
+IMPLEMENTATIONS = ("auto", "conv", "matmul", "hybrid", "space_to_depth")
 
 
-def resolve_implementation(implementation, strides, inputs=None):
+def resolve_implementation(implementation, strides, inputs=None, xla=None):
     """The `implementation=` rule of every layer that convolves.
 
     `StridedConv2D`, `PrimaryCapsule`, `PrimaryMatrixCapsule`,
@@ -32,31 +36,55 @@ def resolve_implementation(implementation, strides, inputs=None):
       gradient. The same values as `"conv"` up to float rounding.
     - `"hybrid"`: the native convolution and input gradient, with the
       kernel gradient as one matmul on the patches (`conv2d_hybrid`).
+    - `"space_to_depth"`: one stride-1 native convolution of the input
+      rearranged into stride-sized blocks (`conv2d_space_to_depth`); its
+      gradients are stride-1 convolutions' too.
     - `"auto"` (the default): the one measured fastest for this backend
-      and device (`benchmarks/README.md`):
+      and device, and, on TensorFlow, for whether XLA compiles it
+      (`xla`, which ready models set when compiled: `set_xla`).
 
-      - JAX on CPU: `"matmul"` for every stride (XLA's CPU convolutions,
-        and their gradients, are slow);
-      - TensorFlow on CPU: `"matmul"` for strided convolutions (XLA's
-        input gradient of a strided convolution is slow), `"conv"` for
-        stride 1;
-      - torch on CPU: `"hybrid"` for strided convolutions (oneDNN's
-        kernel gradient of a strided convolution is slow), `"conv"` for
-        stride 1;
-      - any GPU, and any other backend: `"conv"` (cuDNN).
+    What each costs on CPU (ms, 2 cores: forward, input and kernel
+    gradients of CapsNet's primary convolution, 9x9 stride 2, 20x20x256
+    -> 6x6x256, batch 32):
+
+    ```
+                             conv  matmul  hybrid  space_to_depth
+    TensorFlow, XLA          6639     303    6633             391
+    TensorFlow, no XLA        269     635     538             329
+    torch (eager)             289     407     293             398
+    JAX (jit)                7139     335    7116             862
+    ```
+
+    so `"auto"` picks:
+
+    - JAX on CPU: `"matmul"` for every stride (XLA's CPU convolutions,
+      and their gradients, are slow);
+    - TensorFlow on CPU, strided convolutions: `"matmul"` when XLA
+      compiles the layer (`xla=True`; XLA's input gradient of a strided
+      convolution is slow), `"conv"` when it does not (`xla=False`), and
+      `"space_to_depth"`, decent both ways, when unknown (`xla=None`: a
+      layer cannot tell whether XLA compiles it, and Keras's `compile`
+      leaves XLA off on CPU); `"conv"` for stride 1;
+    - torch on CPU: `"hybrid"` for strided convolutions (oneDNN's
+      kernel gradient of a strided convolution is slow), `"conv"` for
+      stride 1;
+    - any GPU, and any other backend: `"conv"` (cuDNN).
 
     The choice changes speed only, never the model: weights and saved
     files are the same whichever runs.
 
     Args:
-        implementation: `"auto"`, `"conv"`, `"matmul"` or `"hybrid"`.
+        implementation: `"auto"`, `"conv"`, `"matmul"`, `"hybrid"` or
+            `"space_to_depth"`.
         strides: the convolution's strides, a tuple of ints.
         inputs: the layer's input; tells torch's device (the other
             backends read `keras.distribution.list_devices()`).
+        xla: `True` when XLA is known to compile the layer, `False` when it
+            is known not to, `None` (the default) when unknown.
 
     Returns:
-        `"conv"`, `"matmul"` or `"hybrid"`: `implementation` itself
-        unless it is `"auto"`.
+        `"conv"`, `"matmul"`, `"hybrid"` or `"space_to_depth"`:
+        `implementation` itself unless it is `"auto"`.
 
     Example:
 
@@ -74,12 +102,67 @@ def resolve_implementation(implementation, strides, inputs=None):
         # "meta": Keras traces symbolic shapes on torch's meta device.
         device = getattr(getattr(inputs, "device", None), "type", "cpu")
         return "hybrid" if strided and device in ("cpu", "meta") else "conv"
-    if backend not in ("jax", "tensorflow"):
+    if backend not in ("jax", "tensorflow") or not cpu_only():
         return "conv"
-    on_cpu = all(d.lower().startswith("cpu") for d in keras.distribution.list_devices())
-    if not on_cpu or (backend == "tensorflow" and not strided):
+    if backend == "jax":
+        return "matmul"
+    if not strided:
         return "conv"
-    return "matmul"
+    if xla is None:
+        return "space_to_depth"
+    return "matmul" if xla else "conv"
+
+
+def cpu_only():
+    """Whether every device Keras sees is a CPU (`keras.distribution.list_devices()`)."""
+    return all(d.lower().startswith("cpu") for d in keras.distribution.list_devices())
+
+
+def set_xla(layer, xla):
+    """Tells `layer` and every layer inside it whether XLA compiles them.
+
+    Sets the hint that `implementation="auto"` reads
+    (`resolve_implementation`'s `xla`) on `layer` and each layer nested in
+    it (through models' `layers` and layers' attributes) that has an
+    `implementation`. A runtime setting, never saved. The ready models call
+    it from `compile`; call it yourself when you compile a model of your
+    own that holds such layers.
+
+    Args:
+        layer: a layer or model.
+        xla: `True` (XLA compiles the layers), `False` (it does not) or
+            `None` (unknown: the default before any call).
+
+    Example:
+
+    >>> from keras_capsules.conv import resolve_implementation, set_xla
+    >>> images = keras.Input((12, 12, 3))
+    >>> primary = keras_capsules.layers.PrimaryCapsule(2, 4, 5, strides=2)
+    >>> model = keras.Sequential([keras.Model(images, primary(images))])
+    >>> set_xla(model, False)
+    >>> primary._xla
+    False
+    """
+    for sublayer in _layers_within(layer, set()):
+        if hasattr(sublayer, "implementation"):
+            sublayer._xla = xla
+
+
+def _layers_within(layer, seen):
+    if id(layer) in seen:
+        return
+    seen.add(id(layer))
+    yield layer
+    children = list(layer.layers) if isinstance(layer, keras.Model) else []
+    # Attributes, and the lists and dicts that hold them (torch keeps a
+    # layer's sublayers in its `_modules` dict).
+    for value in vars(layer).values():
+        if isinstance(value, dict):
+            value = list(value.values())
+        children += [v for v in (value if isinstance(value, (list, tuple)) else [value])
+                     if isinstance(v, keras.layers.Layer)]
+    for child in children:
+        yield from _layers_within(child, seen)
 
 
 def conv2d(x, kernel, strides, padding, implementation="conv"):
@@ -91,8 +174,9 @@ def conv2d(x, kernel, strides, padding, implementation="conv"):
         kernel: `(kh, kw, C_in, C_out)`.
         strides: a pair of ints.
         padding: `"valid"` or `"same"`.
-        implementation: `"conv"`, `"matmul"` or `"hybrid"` (resolved, not
-            `"auto"`: see `resolve_implementation`).
+        implementation: `"conv"`, `"matmul"`, `"hybrid"` or
+            `"space_to_depth"` (resolved, not `"auto"`: see
+            `resolve_implementation`).
 
     Returns:
         `(batch, H', W', C_out)`, as `ops.conv`.
@@ -112,6 +196,8 @@ def conv2d(x, kernel, strides, padding, implementation="conv"):
         return ops.conv(x, kernel, strides=strides, padding=padding)
     if implementation == "hybrid":
         return conv2d_hybrid(x, kernel, strides, padding)
+    if implementation == "space_to_depth":
+        return conv2d_space_to_depth(x, kernel, strides, padding)
     kh, kw, cin, cout = kernel.shape
     patches = extract_patches(x, (kh, kw), strides, padding)
     return ops.matmul(patches, ops.reshape(kernel, (kh * kw * cin, cout)))
@@ -158,6 +244,68 @@ def conv2d_hybrid(x, kernel, strides, padding):
         return y, grad
 
     return with_kernel_gradient(y, kernel, ops.stop_gradient(x))
+
+
+def conv2d_space_to_depth(x, kernel, strides, padding):
+    """A strided convolution as one stride-1 convolution of stride-sized blocks.
+
+    With strides `(sh, sw)`, input pixel `(p * s + d)` on an axis is pixel
+    `d` of block `p`: the blocks `(sh, sw, C_in)` become the channels of a
+    grid `s` times smaller, and the kernel, zero-padded to whole blocks
+    (`kb = ceil(k / s)` per axis), is rearranged the same way:
+
+    ```
+    x = pad(x) if padding == "same"      # as a convolution would
+    o = (n - k) // s + 1, kb = ceil(k / s), nb = o + kb - 1    # per axis
+    x = crop_or_zero_pad(x, nb * s)      # (B, nbh * sh, nbw * sw, C_in)
+    x = reshape(transpose(reshape(x, (B, nbh, sh, nbw, sw, C_in)),
+                          (0, 1, 3, 2, 4, 5)), (B, nbh, nbw, sh * sw * C_in))
+    k = zero_pad(kernel, (kbh * sh, kbw * sw))
+    k = reshape(transpose(reshape(k, (kbh, sh, kbw, sw, C_in, C_out)),
+                          (0, 2, 1, 3, 4, 5)), (kbh, kbw, sh * sw * C_in, C_out))
+    y = conv(x, k, strides=1, padding="valid")                 # (B, oh, ow, C_out)
+    ```
+
+    The padded kernel taps meet zeros or pixels past the last window, so
+    `y` is the strided convolution; its input and kernel gradients are
+    those of a stride-1 convolution, which no backend computes as slowly
+    as XLA's CPU gradients of a strided one (see `resolve_implementation`).
+
+    Args:
+        x: images `(batch, H, W, C_in)`, `H` and `W` known.
+        kernel: `(kh, kw, C_in, C_out)`.
+        strides: a pair of ints.
+        padding: `"valid"` or `"same"`.
+
+    Returns:
+        `(batch, H', W', C_out)`, as `ops.conv`.
+
+    Example:
+
+    >>> from keras_capsules.conv import conv2d_space_to_depth
+    >>> x, k = keras.random.normal((1, 9, 8, 2)), keras.random.normal((3, 3, 2, 4))
+    >>> y = conv2d_space_to_depth(x, k, (2, 2), "same")
+    >>> tuple(y.shape)
+    (1, 5, 4, 4)
+    >>> expected = ops.conv(x, k, strides=(2, 2), padding="same")
+    >>> np.allclose(ops.convert_to_numpy(y), ops.convert_to_numpy(expected), atol=1e-4)
+    True
+    """
+    kh, kw, cin, cout = kernel.shape
+    (sh, sw), kernel_size = strides, (kh, kw)
+    if padding == "same":
+        x = ops.pad(x, [(0, 0), *same_padding(x.shape[1:3], kernel_size, strides), (0, 0)])
+    out = window_output_shape(x.shape[1:3], kernel_size, strides, "valid")
+    bh, bw = (-(-k // s) for k, s in zip(kernel_size, strides))
+    nh, nw = out[0] + bh - 1, out[1] + bw - 1
+    x = x[:, : nh * sh, : nw * sw]
+    x = ops.pad(x, [(0, 0), (0, nh * sh - x.shape[1]), (0, nw * sw - x.shape[2]), (0, 0)])
+    x = ops.transpose(ops.reshape(x, (-1, nh, sh, nw, sw, cin)), (0, 1, 3, 2, 4, 5))
+    x = ops.reshape(x, (-1, nh, nw, sh * sw * cin))
+    k = ops.pad(kernel, [(0, bh * sh - kh), (0, bw * sw - kw), (0, 0), (0, 0)])
+    k = ops.transpose(ops.reshape(k, (bh, sh, bw, sw, cin, cout)), (0, 2, 1, 3, 4, 5))
+    k = ops.reshape(k, (bh, bw, sh * sw * cin, cout))
+    return ops.conv(x, k, strides=1, padding="valid")
 
 
 def extract_patches(x, kernel_size, strides, padding):
@@ -219,6 +367,24 @@ def window_output_shape(spatial, kernel_size, strides, padding):
     return tuple(window_output_size(*a, padding) for a in zip(spatial, kernel_size, strides))
 
 
+def same_padding(spatial, kernel_size, strides):
+    """The `(before, after)` zero padding of each spatial axis that
+    `padding="same"` adds, as a convolution would: output `ceil(n / s)`,
+    `total = max((output - 1) * s + k - n, 0)`, `before = total // 2`.
+
+    Example:
+
+    >>> from keras_capsules.conv import same_padding
+    >>> same_padding((9, 8), (3, 3), (2, 2))
+    [(1, 1), (0, 1)]
+    """
+    pads = []
+    for n, k, s in zip(spatial, kernel_size, strides):
+        total = max((window_output_size(n, k, s, "same") - 1) * s + k - n, 0)
+        pads.append((total // 2, total - total // 2))
+    return pads
+
+
 def window_slices(x, kernel_size, strides, padding):
     """`(batch, *grid, *rest)` -> `prod(kernel_size)` tensors `(batch,
     *out_grid, *rest)`, one per kernel offset in row-major order.
@@ -248,12 +414,8 @@ def window_slices(x, kernel_size, strides, padding):
     spatial = x.shape[1 : 1 + rank]
     out = window_output_shape(spatial, kernel_size, strides, padding)
     if padding == "same":
-        pads = []
-        for n, k, s, o in zip(spatial, kernel_size, strides, out):
-            total = max((o - 1) * s + k - n, 0)
-            pads.append((total // 2, total - total // 2))
         rest = len(x.shape) - 1 - rank
-        x = ops.pad(x, [(0, 0), *pads] + [(0, 0)] * rest)
+        x = ops.pad(x, [(0, 0), *same_padding(spatial, kernel_size, strides)] + [(0, 0)] * rest)
     slices = []
     for offset in itertools.product(*(range(k) for k in kernel_size)):
         index = tuple(

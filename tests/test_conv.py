@@ -1,17 +1,91 @@
 """The convolution implementation choice (keras_capsules.conv)."""
 
 import keras
+import numpy as np
 import pytest
 
+from keras_capsules.conv import conv2d, resolve_implementation, set_xla
 from keras_capsules.layers import PrimaryCapsule
+from tests.test_case import BACKEND, gradients, to_numpy
+
+# (height, width, kernel, strides, padding): CapsNet's primary conv (small),
+# "same" with odd sizes, kernels smaller than the stride, mixed strides.
+SPACE_TO_DEPTH_CASES = [
+    (20, 21, (9, 9), (2, 2), "valid"),
+    (13, 14, (4, 4), (3, 3), "same"),
+    (9, 10, (3, 3), (2, 2), "same"),
+    (10, 11, (5, 5), (1, 1), "valid"),
+    (7, 8, (1, 1), (2, 2), "valid"),
+    (8, 7, (2, 2), (3, 3), "same"),
+    (9, 9, (3, 2), (1, 2), "valid"),
+    (9, 8, (3, 3), (2, 1), "same"),
+]
 
 
-def test_primary_capsule_implementation_choice_and_error():
-    from keras_capsules.conv import resolve_implementation
+@pytest.mark.parametrize("h, w, kernel_size, strides, padding", SPACE_TO_DEPTH_CASES)
+def test_space_to_depth_values_and_gradients_match_the_native_conv(
+    h, w, kernel_size, strides, padding
+):
+    rng = np.random.default_rng(0)
+    tensors = {"x": keras.ops.convert_to_tensor(rng.normal(size=(2, h, w, 3)), "float32"),
+               "kernel": keras.ops.convert_to_tensor(
+                   rng.normal(size=(*kernel_size, 3, 4)), "float32")}
+    weights = keras.ops.convert_to_tensor(rng.normal(size=(4,)), "float32")
+    results = {}
+    for implementation in ("conv", "space_to_depth"):
+        def loss(t, implementation=implementation):
+            y = conv2d(t["x"], t["kernel"], strides, padding, implementation)
+            # Weighted, so the gradients depend on which output is which.
+            return keras.ops.sum(keras.ops.sin(y) * weights)
 
-    assert resolve_implementation("conv", (2, 2)) == "conv"
-    backend = keras.backend.backend()  # on CPU here
-    assert resolve_implementation("auto", (1, 1)) == ("matmul" if backend == "jax" else "conv")
-    assert resolve_implementation("auto", (2, 2)) == ("hybrid" if backend == "torch" else "matmul")
+        y = conv2d(tensors["x"], tensors["kernel"], strides, padding, implementation)
+        results[implementation] = (to_numpy(y), gradients(loss, tensors, ("x", "kernel")))
+    (y_conv, g_conv), (y_s2d, g_s2d) = results["conv"], results["space_to_depth"]
+    assert y_s2d.shape == y_conv.shape
+    np.testing.assert_allclose(y_s2d, y_conv, rtol=1e-4, atol=1e-4)
+    for k in ("x", "kernel"):
+        np.testing.assert_allclose(to_numpy(g_s2d[k]), to_numpy(g_conv[k]), rtol=1e-4,
+                                   atol=1e-4, err_msg=f"gradient of {k}")
+
+
+def test_auto_rule_per_backend_and_xla_hint():
+    assert resolve_implementation("conv", (2, 2), xla=True) == "conv"
+    assert resolve_implementation("space_to_depth", (1, 1)) == "space_to_depth"
+    # On CPU here. Strided: unknown, known with and without XLA.
+    expected = {
+        "tensorflow": ("space_to_depth", "matmul", "conv"),
+        "jax": ("matmul",) * 3,
+        "torch": ("hybrid",) * 3,
+    }[BACKEND]
+    assert tuple(resolve_implementation("auto", (2, 2), xla=x)
+                 for x in (None, True, False)) == expected
+    assert resolve_implementation("auto", (1, 2)) == expected[0]  # one axis strided
+    stride_1 = "matmul" if BACKEND == "jax" else "conv"
+    assert {resolve_implementation("auto", (1, 1), xla=x)
+            for x in (None, True, False)} == {stride_1}
     with pytest.raises(ValueError, match="implementation='fft'"):
         PrimaryCapsule(2, 4, 3, implementation="fft")
+
+
+def test_set_xla_reaches_nested_layers():
+    from keras_capsules.models import CapsNet, EfficientCapsNet, MatrixCapsNet
+
+    capsnet = CapsNet((24, 24, 1), 3, conv_filters=4, primary_capsules=2, primary_dim=4,
+                      capsule_dim=4, decoder_units=(8,))
+    efficient = EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,))
+    matrix = MatrixCapsNet(conv_filters=2, primary_capsules=2, conv_capsules1=2,
+                           conv_capsules2=2, iterations=1)
+    hinted = {
+        capsnet: [capsnet.features.get_layer("primary")],
+        efficient: [efficient.features.get_layer(f"conv{i}") for i in (1, 2, 3, 4)],
+        matrix: [matrix, matrix.network.get_layer("conv"),
+                 matrix.network.get_layer("primary_capsules")],
+    }
+    for model, layers in hinted.items():
+        assert all(getattr(layer, "_xla", None) is None for layer in layers)
+        for xla in (True, False, None):
+            set_xla(model, xla)
+            assert [layer._xla for layer in layers] == [xla] * len(layers)
+    assert not hasattr(capsnet.decoder.layers[0], "_xla")  # no `implementation`
+    # A runtime hint: not in the config.
+    assert "_xla" not in str(matrix.network.get_layer("conv").get_config())

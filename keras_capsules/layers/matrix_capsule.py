@@ -64,8 +64,8 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
             convolutions' kernels (`W_pose`, `W_act`) and biases (`b_pose`,
             `b_act`).
         implementation: how the convolution is computed: `"conv"`,
-            `"matmul"`, `"hybrid"` or `"auto"` (the same numbers; see
-            `keras_capsules.conv.resolve_implementation`).
+            `"matmul"`, `"hybrid"`, `"space_to_depth"` or `"auto"` (the
+            same numbers; see `keras_capsules.conv.resolve_implementation`).
         kernel_regularizer, bias_regularizer: regularizers of both kernels
             and of both biases, or `None`.
         kernel_constraint, bias_constraint: constraints on both kernels and

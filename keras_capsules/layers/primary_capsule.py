@@ -50,7 +50,9 @@ class PrimaryConvolution(keras.layers.Layer):
         )
 
     def _conv(self, inputs, kernel, bias):
-        implementation = resolve_implementation(self.implementation, self.strides, inputs)
+        implementation = resolve_implementation(
+            self.implementation, self.strides, inputs, xla=getattr(self, "_xla", None)
+        )
         return conv2d(inputs, kernel, self.strides, self.padding, implementation) + bias
 
     def get_config(self):
@@ -91,8 +93,8 @@ class PrimaryCapsule(PrimaryConvolution):
         kernel_initializer, bias_initializer: initializers of the
             convolution's kernel and bias.
         implementation: how the convolution is computed: `"conv"`,
-            `"matmul"`, `"hybrid"` or `"auto"` (the same numbers; see
-            `keras_capsules.conv.resolve_implementation`).
+            `"matmul"`, `"hybrid"`, `"space_to_depth"` or `"auto"` (the
+            same numbers; see `keras_capsules.conv.resolve_implementation`).
         kernel_regularizer, bias_regularizer: regularizers of the kernel
             and bias, or `None`.
         kernel_constraint, bias_constraint: constraints on the kernel and

@@ -24,13 +24,19 @@ class StridedConv2D(keras.layers.Conv2D):
     - `"hybrid"`: the native forward and input gradient, the kernel gradient
       as one matmul on the patches (`keras_capsules.conv.conv2d_hybrid`);
       the same restrictions as `"matmul"`.
-    - `"auto"`: the fastest of these for the backend and device (see
-      `keras_capsules.conv.resolve_implementation`); `"conv"` where
-      `"matmul"` does not apply.
+    - `"space_to_depth"`: one stride-1 native convolution of the input
+      rearranged into stride-sized blocks
+      (`keras_capsules.conv.conv2d_space_to_depth`); the same restrictions
+      as `"matmul"`.
+    - `"auto"`: the fastest of these for the backend, the device and
+      whether XLA compiles the layer (see
+      `keras_capsules.conv.resolve_implementation`); `"conv"` where the
+      others do not apply.
 
     Args:
         filters, kernel_size, strides: as for `keras.layers.Conv2D`.
-        implementation: `"conv"`, `"matmul"`, `"hybrid"` or `"auto"`.
+        implementation: `"conv"`, `"matmul"`, `"hybrid"`,
+            `"space_to_depth"` or `"auto"`.
         **kwargs: the other arguments of `keras.layers.Conv2D` (`padding`,
             `activation`, `kernel_initializer`, `kernel_regularizer`,
             `kernel_constraint`, the `bias_*` ones, ...).
@@ -65,7 +71,7 @@ class StridedConv2D(keras.layers.Conv2D):
     def __init__(self, filters, kernel_size, strides=(1, 1), implementation="auto", **kwargs):
         super().__init__(filters, kernel_size, strides=strides, **kwargs)
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
-        if self.implementation in ("matmul", "hybrid") and not self._matmul_supported():
+        if self.implementation not in ("auto", "conv") and not self._matmul_supported():
             raise ValueError(
                 f"StridedConv2D(implementation={self.implementation!r}) supports channels_last, "
                 "dilation_rate=1 and groups=1 only. Received: "
@@ -81,7 +87,9 @@ class StridedConv2D(keras.layers.Conv2D):
         )
 
     def convolution_op(self, inputs, kernel):
-        implementation = resolve_implementation(self.implementation, self.strides, inputs)
+        implementation = resolve_implementation(
+            self.implementation, self.strides, inputs, xla=getattr(self, "_xla", None)
+        )
         if implementation != "conv" and not self._matmul_supported():
             implementation = "conv"
         if implementation == "conv":

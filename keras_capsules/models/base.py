@@ -9,10 +9,11 @@ from keras import ops
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
 from keras_capsules.losses import MarginLoss
+from keras_capsules.models._compile import AutoXLACompile
 from keras_capsules.validation import int_tuple, positive_int
 
 
-class CapsuleClassifier(keras.Model):
+class CapsuleClassifier(AutoXLACompile, keras.Model):
     """Base of the capsule classifiers: class scores out, reconstruction in the loss.
 
     `model(images)`, `predict` and `export` give the class scores, the
@@ -33,6 +34,14 @@ class CapsuleClassifier(keras.Model):
 
     Labels may be integer class ids `(batch,)` or one-hot `(batch,
     num_classes)`; the compiled loss receives them one-hot.
+
+    `compile(jit_compile="auto")`, the default, also turns XLA on with
+    TensorFlow on CPU (Keras's own `"auto"` leaves it off there; these
+    models train 1.2-1.7x faster with it), except with `run_eagerly=True`
+    or under a `tf.distribute` strategy; pass `jit_compile=False` to opt
+    out. `compile` then tells the layers whether XLA compiles them, so
+    their `implementation="auto"` convolutions pick the faster way
+    (`keras_capsules.conv.resolve_implementation`).
 
     Dtype policy: the model's `dtype` (a policy name such as
     `"mixed_float16"`, default the global policy) is passed to every layer

@@ -13,6 +13,7 @@ from keras_capsules.layers.matrix_capsule import (
 )
 from keras_capsules.layers.strided_conv import StridedConv2D
 from keras_capsules.losses import SpreadLoss
+from keras_capsules.models._compile import AutoXLACompile
 from keras_capsules.models.base import one_hot_labels
 from keras_capsules.routing.em import EMRouting
 from keras_capsules.validation import (
@@ -34,7 +35,7 @@ _PAPER_NAMES = {
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNet(keras.Model):
+class MatrixCapsNet(AutoXLACompile, keras.Model):
     """Matrix capsules with EM routing: 4x4 pose matrices and activations.
 
     ```
@@ -72,6 +73,12 @@ class MatrixCapsNet(keras.Model):
     stays at `margin`. There is no reconstruction decoder (the paper has
     none), so this model has no `reconstruct`.
 
+    `compile(jit_compile="auto")`, the default, also turns XLA on with
+    TensorFlow on CPU (Keras's own `"auto"` leaves it off there), except
+    with `run_eagerly=True` or under a `tf.distribute` strategy; pass
+    `jit_compile=False` to opt out. `compile` then tells the first
+    convolution whether XLA compiles it, for its `implementation="auto"`.
+
     Parameter count (`count_params()`, every weight is trainable): with
     the defaults (all four sizes 32, input (32, 32, 2), 5 classes) it is
     317,194 = 1,632 (conv: 5*5*2*32 + 32) + 17,952 (primary capsules:
@@ -99,8 +106,8 @@ class MatrixCapsNet(keras.Model):
         coordinate_addition: add the scaled position of each child to its
             class votes (the paper's coordinate addition).
         margin: initial margin of the model's own `SpreadLoss`.
-        implementation: `"auto"`, `"conv"`, `"matmul"` or `"hybrid"`, how the strided
-            first convolution is computed (the rule:
+        implementation: `"auto"`, `"conv"`, `"matmul"`, `"hybrid"` or
+            `"space_to_depth"`, how the strided first convolution is computed (the rule:
             `keras_capsules.conv.resolve_implementation`).
         **kwargs: `keras.Model` arguments (`name`, `dtype`: the dtype
             policy of every layer, kept by `get_config`).

@@ -26,7 +26,7 @@ class TestStridedConv2D(LayerTestCase):
     def test_implementations_agree_with_keras_conv2d(self):
         reference = keras.layers.Conv2D(4, 3, strides=2, padding="same")
         expected = to_numpy(reference(IMAGES))
-        for implementation in ("auto", "conv", "matmul", "hybrid"):
+        for implementation in ("auto", "conv", "matmul", "hybrid", "space_to_depth"):
             layer = StridedConv2D(4, 3, strides=2, padding="same", implementation=implementation)
             layer.build(IMAGES.shape)
             layer.set_weights(reference.get_weights())
@@ -35,7 +35,7 @@ class TestStridedConv2D(LayerTestCase):
     def test_auto_falls_back_to_the_native_conv_where_matmul_does_not_apply(self):
         layer = StridedConv2D(6, 3, strides=2, groups=3)
         assert tuple(layer(IMAGES).shape) == (2, 4, 4, 6)
-        for implementation in ("matmul", "hybrid"):
+        for implementation in ("matmul", "hybrid", "space_to_depth"):
             with pytest.raises(ValueError, match="groups=3"):
                 StridedConv2D(6, 3, strides=2, groups=3, implementation=implementation)
         with pytest.raises(ValueError, match="implementation='fft'"):

@@ -3,6 +3,7 @@ compute_loss, reconstruction, routing coefficients, fit and saving, argument che
 
 import os
 import tempfile
+import warnings
 
 import keras
 import numpy as np
@@ -13,7 +14,7 @@ from keras_capsules.models import CapsNet, EfficientCapsNet
 from keras_capsules.models import CapsuleClassifier
 from tests.reference import attention as ref
 from tests.reference.dynamic import capsule_votes, dynamic_routing
-from tests.test_case import jit_compile_for_backend
+from tests.test_case import BACKEND, jit_compile_for_backend
 from tests.test_case import to_numpy
 
 
@@ -151,6 +152,51 @@ def test_bad_arguments_raise_value_errors():
         CapsNet(router="dynamo")
     with pytest.raises(ValueError, match="input_shape"):
         EfficientCapsNet(input_shape=(28, 28))
+
+
+def keras_auto_jit_compile():
+    """What Keras's own `compile()` resolves `jit_compile="auto"` to here."""
+    plain = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    plain.compile(optimizer="sgd", loss="mse")
+    return plain.jit_compile
+
+
+def check_compile_auto_and_xla_hint(model, conv_layer):
+    """Ready models' `compile`: "auto" is XLA on TensorFlow's CPU (Keras's
+    own "auto" elsewhere), and the layers are told whether XLA runs them."""
+    from keras_capsules.conv import resolve_implementation
+
+    def resolved():
+        return resolve_implementation(conv_layer.implementation, conv_layer.strides,
+                                      xla=getattr(conv_layer, "_xla", None))
+
+    keras_auto = keras_auto_jit_compile()
+    model.compile(optimizer="adam")
+    if BACKEND == "tensorflow":  # on CPU here
+        assert keras_auto is False and model.jit_compile is True
+        assert conv_layer._xla is True and resolved() == "matmul"
+    else:
+        assert model.jit_compile == keras_auto
+        assert getattr(conv_layer, "_xla", None) is (keras_auto if BACKEND == "jax" else None)
+    for kwargs in ({"jit_compile": False}, {"run_eagerly": True}):
+        model.compile(optimizer="adam", **kwargs)
+        assert model.jit_compile is False
+        if BACKEND == "tensorflow":
+            assert conv_layer._xla is False and resolved() == "conv"
+    # A loaded model comes back compiled as saved (Keras skips models whose
+    # `compile` is overridden unless `compile_from_config` is too).
+    model.compile(optimizer="adam", jit_compile=False)
+    model.optimizer.build(model.trainable_variables)  # as after `fit`
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "`compile\\(\\)` was not called")
+        loaded = round_trip(model)
+    assert loaded.compiled and loaded.jit_compile is False
+    assert isinstance(loaded.optimizer, keras.optimizers.Adam)
+
+
+def test_compile_auto_uses_xla_on_tensorflow_cpu_and_tells_the_layers():
+    model = tiny_capsnet()
+    check_compile_auto_and_xla_hint(model, model.features.get_layer("primary"))
 
 
 def expected_loss(model, images, labels):

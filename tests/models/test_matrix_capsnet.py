@@ -10,7 +10,7 @@ import pytest
 
 import keras_capsules as kc
 from keras_capsules.models import MatrixCapsNet
-from tests.models.test_base import check_policy_round_trip
+from tests.models.test_base import check_compile_auto_and_xla_hint, check_policy_round_trip
 from tests.test_case import jit_compile_for_backend
 
 # One EM iteration keeps XLA compilation short; the layer tests route with 2.
@@ -96,6 +96,11 @@ def test_compiled_loss_gets_one_hot_labels_and_router_swaps_everywhere():
         loss = model.compute_loss(None, y, keras.ops.convert_to_tensor(activations))
         np.testing.assert_allclose(keras.ops.convert_to_numpy(loss),
                                    spread_loss(labels, activations, 0.5), rtol=1e-5)
+
+
+def test_compile_auto_uses_xla_on_tensorflow_cpu_and_tells_the_layers():
+    model = MatrixCapsNet(**TINY)
+    check_compile_auto_and_xla_hint(model, model.network.get_layer("conv"))
 
 
 def test_mixed_precision_fit_has_finite_loss():

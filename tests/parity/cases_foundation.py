@@ -100,7 +100,8 @@ def _primary_inputs(rng):
 
 
 for _impl, _padding, _strides in itertools.product(
-    ("conv", "matmul", "hybrid"), ("valid", "same"), ((1, 1), (2, 2), (2, 1))
+    ("conv", "matmul", "hybrid", "space_to_depth"), ("valid", "same"),
+    ((1, 1), (2, 2), (2, 1)),
 ):
     _kwargs = dict(strides=_strides, padding=_padding)
     register(
@@ -120,8 +121,11 @@ for _impl, _padding, _strides in itertools.product(
 
 
 # StridedConv2D: Keras's Conv2D with the strided conv as slices + one matmul,
-# or with the kernel gradient as a matmul (hybrid).
-for _impl, _padding in itertools.product(("conv", "matmul", "hybrid"), ("valid", "same")):
+# with the kernel gradient as a matmul (hybrid), or as a stride-1 conv of
+# stride-sized blocks (space_to_depth).
+for _impl, _padding in itertools.product(
+    ("conv", "matmul", "hybrid", "space_to_depth"), ("valid", "same")
+):
     register(
         Case(
             name=f"strided-conv2d-{_impl}-{_padding}-s21",

@@ -238,9 +238,9 @@ def _register_primary_matrix(name, size, kernel, **kwargs):
 
 
 _register_primary_matrix("k2", 3, 2)
-# Strided: the native conv, strided slices + one matmul and the hybrid give the
-# same numbers.
-for _impl in ("conv", "matmul", "hybrid"):
+# Strided: the native conv, strided slices + one matmul, the hybrid and space to
+# depth give the same numbers.
+for _impl in ("conv", "matmul", "hybrid", "space_to_depth"):
     for _padding in ("valid", "same"):
         _register_primary_matrix(
             f"{_impl}-k3-s2-{_padding}", 5, 3,
