@@ -16,6 +16,8 @@ layers (`extract_windows`).
 """
 
 import itertools
+import os
+import re
 
 import keras
 from keras import ops
@@ -58,7 +60,9 @@ def resolve_implementation(implementation, strides, inputs=None, xla=None):
     so `"auto"` picks:
 
     - JAX on CPU: `"matmul"` for every stride (XLA's CPU convolutions,
-      and their gradients, are slow);
+      and their gradients, are slow), but `"conv"` for stride 1 when
+      `XLA_FLAGS` turns off jaxlib's YNNPACK convolutions
+      (`ynn_convolutions_off`: then they are the fastest);
     - TensorFlow on CPU, strided convolutions: `"matmul"` when XLA
       compiles the layer (`xla=True`; XLA's input gradient of a strided
       convolution is slow), `"conv"` when it does not (`xla=False`), and
@@ -105,12 +109,48 @@ def resolve_implementation(implementation, strides, inputs=None, xla=None):
     if backend not in ("jax", "tensorflow") or not cpu_only():
         return "conv"
     if backend == "jax":
-        return "matmul"
+        return "conv" if not strided and ynn_convolutions_off() else "matmul"
     if not strided:
         return "conv"
     if xla is None:
         return "space_to_depth"
     return "matmul" if xla else "conv"
+
+
+def ynn_convolutions_off(flags=None):
+    """Whether `XLA_FLAGS` keeps XLA:CPU's YNNPACK convolutions off.
+
+    jaxlib's XLA:CPU runs convolutions through YNNPACK, 2.4-3x slower here
+    than its own (Efficient-CapsNet's 3x3 convs, forward + gradients) and
+    slower than slices + matmul, hence `"matmul"` on JAX. With
+    `XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_convolution`
+    set before JAX's first computation, the native stride-1 convolution is
+    the fastest (`"auto"` then picks `"conv"` for stride 1).
+
+    Args:
+        flags: the flags to read; `None` reads `os.environ["XLA_FLAGS"]`.
+
+    Returns:
+        `True` when the flags remove YNNPACK's convolution fusion.
+
+    Example:
+
+    >>> from keras_capsules.conv import ynn_convolutions_off
+    >>> ynn_convolutions_off("--xla_cpu_experimental_ynn_fusion_type=-individual_convolution")
+    True
+    >>> ynn_convolutions_off("--xla_cpu_experimental_ynn_fusion_type=")  # none at all
+    True
+    >>> ynn_convolutions_off("")
+    False
+    """
+    flags = os.environ.get("XLA_FLAGS", "") if flags is None else flags
+    found = re.findall(r"--xla_cpu_experimental_ynn_fusion_type=(\S*)", flags)
+    if not found:
+        return False
+    items = [item for item in found[-1].split(",") if item]
+    if any(item[0] in "+-" for item in items):  # edits of the default list
+        return "-individual_convolution" in items
+    return "individual_convolution" not in items  # the whole list
 
 
 def cpu_only():

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_capsules.conv import conv2d, resolve_implementation, set_xla
+from keras_capsules.conv import conv2d, resolve_implementation, set_xla, ynn_convolutions_off
 from keras_capsules.layers import PrimaryCapsule
 from tests.test_case import BACKEND, gradients, to_numpy
 
@@ -48,7 +48,8 @@ def test_space_to_depth_values_and_gradients_match_the_native_conv(
                                    atol=1e-4, err_msg=f"gradient of {k}")
 
 
-def test_auto_rule_per_backend_and_xla_hint():
+def test_auto_rule_per_backend_and_xla_hint(monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
     assert resolve_implementation("conv", (2, 2), xla=True) == "conv"
     assert resolve_implementation("space_to_depth", (1, 1)) == "space_to_depth"
     # On CPU here. Strided: unknown, known with and without XLA.
@@ -65,6 +66,23 @@ def test_auto_rule_per_backend_and_xla_hint():
             for x in (None, True, False)} == {stride_1}
     with pytest.raises(ValueError, match="implementation='fft'"):
         PrimaryCapsule(2, 4, 3, implementation="fft")
+
+
+@pytest.mark.parametrize("flags, off", [
+    ("", False),
+    ("--xla_cpu_experimental_ynn_fusion_type=-individual_convolution", True),
+    ("--xla_dump_to=/tmp/x --xla_cpu_experimental_ynn_fusion_type=", True),
+    ("--xla_cpu_experimental_ynn_fusion_type=individual_convolution", False),
+    ("--xla_cpu_experimental_ynn_fusion_type=individual_dot", True),
+    ("--xla_cpu_experimental_ynn_fusion_type=-individual_dot", False),
+])
+def test_jax_stride_1_rule_follows_the_ynn_flag(monkeypatch, flags, off):
+    assert ynn_convolutions_off(flags) is off
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    expected = {"jax": "conv" if off else "matmul"}.get(BACKEND, "conv")
+    assert resolve_implementation("auto", (1, 1)) == expected
+    # Strided convs keep their rule: XLA's strided input gradient is slow.
+    assert resolve_implementation("auto", (2, 2), xla=True) != "conv"
 
 
 def test_set_xla_reaches_nested_layers():
