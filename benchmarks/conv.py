@@ -22,7 +22,7 @@ import os
 
 import harness
 
-IMPLEMENTATIONS = ("conv", "matmul", "hybrid")
+IMPLEMENTATIONS = ("conv", "matmul", "hybrid", "space_to_depth")
 # (kernel, strides, input channels, output channels) of each conv, and its input size.
 SHAPES = {
     "primary": (20, [(9, 2, 256, 256)]),

@@ -55,7 +55,7 @@ import time
 import harness
 
 BACKENDS = harness.BACKENDS
-MODELS = ("capsnet", "efficient")
+MODELS = ("capsnet", "readme", "efficient", "matrix")
 REFERENCES = ("torch", "torch-compile", "jax")
 CAPSNET_GFLOP_PER_IMAGE = 153.9 / 128
 
@@ -79,10 +79,16 @@ def keras_step(config, data):
     """Our model under Keras's train step; returns `step(i) -> loss`."""
     import keras
 
-    from keras_capsules.models import CapsNet, EfficientCapsNet
-
-    model = CapsNet() if config["model"] == "capsnet" else EfficientCapsNet()
-    model.compile(optimizer=keras.optimizers.Adam(), jit_compile=config["jit"])
+    model, loss = build_model(config["model"])
+    if config.get("implementation"):
+        # Every layer that convolves computes it this way (same weights).
+        for layer in model._flatten_layers():
+            if hasattr(layer, "implementation"):
+                layer.implementation = config["implementation"]
+    model.compile(optimizer=keras.optimizers.Adam(), loss=loss, jit_compile=config["jit"])
+    config["resolved_jit"] = model.jit_compile
+    if loss is not None:  # MarginLoss takes one-hot labels
+        data = [(x, keras.ops.one_hot(y, 10)) for x, y in data]
     tensors = [(keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y))
                for x, y in data]
 
@@ -91,6 +97,25 @@ def keras_step(config, data):
         return model.train_on_batch(x, y)  # logs as floats: waits for the step
 
     return step, model.count_params()
+
+
+def build_model(name):
+    """One of `MODELS` for 28x28x1 images and 10 classes, and the loss to
+    compile it with (`None`: the ready model's own)."""
+    import keras
+
+    import keras_capsules as kc
+    from keras_capsules.models import CapsNet, EfficientCapsNet, MatrixCapsNet
+
+    if name == "readme":  # the model of the README's usage section, as written there
+        images = keras.Input((28, 28, 1))
+        x = keras.layers.Conv2D(256, 9, activation="relu")(images)
+        x = kc.PrimaryCapsule(32, 8, kernel_size=9, strides=2)(x)
+        digits = kc.Capsule(10, 16, router="dynamic")(x)
+        return keras.Model(images, kc.Length()(digits)), kc.MarginLoss()
+    if name == "matrix":
+        return MatrixCapsNet(input_shape=(28, 28, 1), num_classes=10), None
+    return {"capsnet": CapsNet, "efficient": EfficientCapsNet}[name](), None
 
 
 def torch_reference_step(config, data):
@@ -133,6 +158,8 @@ def jax_reference_step(config, data):
 
 def worker(config):
     """Builds one configuration, warms it up, then serves `run` requests on stdin."""
+    if config.get("xla_flags"):  # before the backend starts
+        os.environ["XLA_FLAGS"] = config["xla_flags"]
     # Only the framework measured is imported (peak RSS): no torch first.
     harness.worker_setup(config, torch_first=False)
     impl = config["impl"]
@@ -156,7 +183,7 @@ def worker(config):
         step(i)
     frameworks = sorted(m for m in ("tensorflow", "torch", "jax") if m in sys.modules)
     harness.reply("READY", compile_s=compile_s, params=params, rss_baseline_mb=baseline,
-                  imported=frameworks)
+                  imported=frameworks, resolved_jit=config.get("resolved_jit"))
     harness.serve(step, config["steps"])  # each step returns the loss as a float: synced
     harness.reply("DONE", peak_rss_mb=peak_rss_mb(), rss_end_mb=rss_now_mb(),
           **device_memory(config["backend"]))
@@ -184,7 +211,10 @@ def device_memory(backend):
 
 def label(config):
     if config["impl"] == "keras":
-        return f"ours {config['backend']}"
+        implementation = config.get("implementation")
+        flags = f" XLA_FLAGS={config['xla_flags']}" if config.get("xla_flags") else ""
+        return (f"ours {config['backend']}" + (f" [{implementation}]" if implementation else "")
+                + flags)
     return f"pure {config['impl']}"
 
 
@@ -193,8 +223,12 @@ def configurations(args, model, batch):
     common = dict(model=model, batch=batch, steps=args.steps, warmup=args.warmup)
     for backend, jits in args.backends:
         for jit in jits:
-            configs.append(dict(common, impl="keras", backend=backend, jit=jit))
-    if model == "capsnet":
+            for implementation in args.implementations:
+                configs.append(dict(common, impl="keras", backend=backend, jit=jit,
+                                    implementation=implementation))
+                if backend == "jax" and args.jax_xla_flags:
+                    configs.append(dict(configs[-1], xla_flags=args.jax_xla_flags))
+    if model in ("capsnet", "readme"):
         for ref in args.references:
             backend = "torch" if ref.startswith("torch") else "jax"
             configs.append(dict(common, impl=ref, backend=backend,
@@ -305,7 +339,8 @@ def flop_floor(rows, peaks):
 
 def same_framework_reference(row, refs):
     """torch -> pure torch (torch.compile'd if jit, when run), jax -> pure jax."""
-    wanted = {"torch": ["torch-compile", "torch"] if row["jit"] else ["torch"],
+    jit = row.get("resolved_jit", row["jit"])
+    wanted = {"torch": ["torch-compile", "torch"] if jit else ["torch"],
               "jax": ["jax"]}.get(row["backend"], [])
     for name in wanted:
         for ref in refs:
@@ -315,6 +350,8 @@ def same_framework_reference(row, refs):
 
 
 def jit_label(row):
+    if row["jit"] == "auto":  # compile() defaults: what Keras chose
+        return "default: " + jit_label({**row, "jit": row.get("resolved_jit")})
     if not row["jit"]:
         return "tf.function" if row["backend"] == "tensorflow" else "eager"
     return {"tensorflow": "XLA", "torch": "torch.compile", "jax": "jax.jit"}[row["backend"]]
@@ -350,7 +387,7 @@ def markdown(rows):
 
 
 def parse_jit(text):
-    return [{"off": False, "on": True}[j] for j in text.split(",")]
+    return [{"off": False, "on": True, "default": "auto"}[j] for j in text.split(",")]
 
 
 def load_average():
@@ -365,11 +402,18 @@ def main():
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--batches", default="32,128")
     parser.add_argument("--backends", default=",".join(BACKENDS))
-    parser.add_argument("--jit", default="off,on", help="off, on or off,on")
+    parser.add_argument("--jit", default="off,on",
+                        help="off, on, default (compile()'s own jit_compile='auto'), "
+                             "or a list of them")
+    parser.add_argument("--implementations", default="",
+                        help="comma list: run ours once per entry with every convolving "
+                             "layer's implementation= set to it (default: the models' own)")
     parser.add_argument("--references", default=",".join(REFERENCES),
                         help="pure CapsNets to run beside ours ('none' for none)")
     parser.add_argument("--torch-primary", default="conv", choices=("conv", "matmul"),
                         help="primary-capsule conv of the pure torch CapsNet")
+    parser.add_argument("--jax-xla-flags", default="",
+                        help="also run each JAX configuration of ours with XLA_FLAGS set to this")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps, compile included")
@@ -390,8 +434,9 @@ def main():
         args.backends = [(b.split(":")[0], parse_jit(b.split(":")[1]) if ":" in b else jit)
                          for b in args.backends.split(",") if b]
     except KeyError as e:
-        parser.error(f"--jit and backend suffixes take off and on. Received: {e}")
+        parser.error(f"--jit and backend suffixes take off, on and default. Received: {e}")
     args.references = [r for r in args.references.split(",") if r and r != "none"]
+    args.implementations = args.implementations.split(",")
     unknown = ({b for b, _ in args.backends} - set(BACKENDS)
                or set(args.references) - set(REFERENCES))
     if unknown:
