@@ -196,7 +196,13 @@ def use_xla_cpu_convolutions():
     leave the process's flags alone.
     """
     flags = os.environ.get("XLA_FLAGS", "")
-    if keras.backend.backend() == "jax" and "ynn_fusion_type" not in flags:
+    if keras.backend.backend() != "jax" or "ynn_fusion_type" in flags:
+        return
+    # An experimental flag, measured with jaxlib 0.10: XLA refuses to start
+    # on flags it does not know, so only where it is known to exist.
+    from importlib.metadata import version
+
+    if version("jaxlib").split(".")[:2] == ["0", "10"]:
         os.environ["XLA_FLAGS"] = f"{flags} {YNN_CONVOLUTIONS_OFF}".strip()
 
 

@@ -185,6 +185,22 @@ def test_image_folder_with_two_seeds(tmp_path):
     assert model.image_shape == (16, 16, 3) and model.num_classes == 3
 
 
+def test_command_line_runs_turn_off_ynn_convolutions_on_jax(monkeypatch):
+    from importlib.metadata import version
+
+    common = example("common")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    common.use_xla_cpu_convolutions()
+    known = BACKEND == "jax" and version("jaxlib").startswith("0.10.")
+    expected = f"--xla_dump_to=/tmp/x {common.YNN_CONVOLUTIONS_OFF}" if known else (
+        "--xla_dump_to=/tmp/x")
+    assert os.environ["XLA_FLAGS"] == expected
+    # A setting of the user's own is kept.
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=")
+    common.use_xla_cpu_convolutions()
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_experimental_ynn_fusion_type="
+
+
 def test_seed_makes_runs_repeatable(tmp_path):
     """common.run seeds data order and initial weights: same --seed, same run."""
     import tensorflow as tf
