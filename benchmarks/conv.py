@@ -7,9 +7,13 @@ usage: python benchmarks/conv.py [--backends tensorflow,torch,jax]
 Shapes: `primary`, the primary-capsule conv of Sabour's CapsNet (9x9,
 stride 2, 20x20x256 -> 6x6x256); `efficient`, Efficient-CapsNet's stem
 (5x5 1->32, 3x3 32->64, 3x3 64->64, 3x3 stride 2 64->128 on 28x28, valid),
-summed. Implementations (`keras_capsules.conv.conv2d`): `conv` (native),
+summed, or each alone (`efficient-conv1` .. `efficient-conv4`). Set
+`XLA_FLAGS` to compare XLA settings (e.g. jaxlib's YNNPACK convolutions:
+`XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_convolution`).
+Implementations (`keras_capsules.conv.conv2d`): `conv` (native),
 `matmul` (strided slices + one matmul), `hybrid` (native forward and input
-gradient, kernel gradient as a matmul on the patches). Each backend runs in
+gradient, kernel gradient as a matmul on the patches), `space_to_depth`
+(one stride-1 conv of stride-sized blocks). Each backend runs in
 a worker process (benchmarks/harness.py); TensorFlow both with and without
 XLA, JAX jitted, torch eager. ms, median (min) of `--repeats` runs after
 warm-up, the implementations interleaved. This is what
@@ -28,6 +32,9 @@ SHAPES = {
     "primary": (20, [(9, 2, 256, 256)]),
     "efficient": (28, [(5, 1, 1, 32), (3, 1, 32, 64), (3, 1, 64, 64), (3, 2, 64, 128)]),
 }
+# Each stem conv alone: efficient-conv1 .. efficient-conv4.
+for _i, (_size, _conv) in enumerate(zip((28, 24, 22, 20), SHAPES["efficient"][1])):
+    SHAPES[f"efficient-conv{_i + 1}"] = (_size, [_conv])
 
 
 def worker(config):
