@@ -1,18 +1,31 @@
 """Train-step images/s and peak RSS: our models vs pure-framework CapsNets.
 
-usage: python benchmarks/train_step.py [--models capsnet,efficient]
+usage: python benchmarks/train_step.py [--models capsnet,readme,efficient,matrix]
            [--batches 32,128] [--backends tensorflow,torch,jax]
-           [--jit off,on] [--references torch,torch-compile,jax]
+           [--jit off,on,default] [--references torch,torch-compile,jax]
+           [--implementations conv,matmul,...] [--jax-xla-flags FLAGS]
            [--repeats 3] [--steps 5] [--warmup 2] [--json out.json]
            [--peak-tflops fp32=67,tf32=495]
 
 `--backends` entries may carry their own jit setting: `torch:off,jax:on`
-runs eager torch and jitted JAX only. A quick run:
+runs eager torch and jitted JAX only; `default` is `compile()`'s own
+`jit_compile="auto"` (what a user gets; the table shows what it resolved
+to). The default path on every backend:
+
+    python benchmarks/train_step.py --models readme,capsnet,efficient \
+        --backends tensorflow:default,torch:default,jax:default --references torch,jax
+
+`--implementations` runs ours once per entry, every convolving layer's
+`implementation=` set to it; `--jax-xla-flags` adds, for each JAX
+configuration of ours, one with `XLA_FLAGS` set to its value. A quick run:
 
     python benchmarks/train_step.py --models capsnet --batches 32 --repeats 3 --steps 3
 
-Ours: `keras_capsules.models.CapsNet()` (8,215,568 parameters) and
-`EfficientCapsNet()`, MNIST-sized, trained by Keras's own train step:
+Ours: `keras_capsules.models.CapsNet()` (8,215,568 parameters),
+`readme` (the model of the README's usage section: `Conv2D` ->
+`PrimaryCapsule` -> `Capsule(router="dynamic")` -> `Length`, `MarginLoss`,
+no decoder), `EfficientCapsNet()` and `MatrixCapsNet((28, 28, 1), 10)`,
+MNIST-sized, trained by Keras's own train step:
 `model.compile(optimizer=Adam(), jit_compile=...)` then
 `model.train_on_batch` on fixed in-memory batches. `--jit on` is XLA on
 TensorFlow and JAX and `torch.compile` on torch; `off` is a `tf.function`
