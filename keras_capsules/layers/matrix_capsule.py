@@ -25,7 +25,7 @@ from keras_capsules.validation import int_tuple, pop_renamed, positive_int, rena
 
 def pose_votes(matrices, kernel):
     """`votes[n, t, j] = matrices[n, t] @ kernel[t, j]` for `(n, t, 4, 4)`
-    matrices and a `(t, j, 4, 4)` kernel: `(n, t, j, 4, 4)`.
+    matrices and a `(t, j, 4, 4)` kernel: `(n, t, j, 16)`, row-major.
 
     One matmul batched over `t`, `(t, n*4, 4) @ (t, 4, j*4)`, with
     transposes of at most 5 dimensions, not an einsum: tf2onnx's einsum
@@ -39,7 +39,12 @@ def pose_votes(matrices, kernel):
     a = ops.reshape(ops.transpose(matrices, (1, 0, 2, 3)), (types, -1, 4))
     b = ops.reshape(ops.transpose(kernel, (0, 2, 1, 3)), (types, 4, out * 4))
     votes = ops.reshape(ops.matmul(a, b), (types, -1, 4, out, 4))
-    return ops.transpose(votes, (1, 0, 3, 2, 4))
+    # Copied once into parent-major memory, (n, j, t, 16), and returned as
+    # its (n, t, j, 16) transpose: the router's parent-major copy
+    # (routing/parent_major.py) is then a view on torch, not a second pass
+    # over the votes (forward and backward). For XLA, transposes only.
+    votes = ops.reshape(ops.transpose(votes, (1, 3, 0, 2, 4)), (-1, out, types, POSE_SIZE))
+    return ops.transpose(votes, (0, 2, 1, 3))
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

@@ -141,7 +141,10 @@ class EMRouting(Router):
             weights = coefficients if a_in is None else coefficients * a_in
             weight_sum = ops.sum(weights, axis=2) + _RSUM_EPSILON
             mu = weighted_sum(weights, u) / weight_sum[..., None]
-            sq_dev = ops.square(u - mu[:, :, None])
+            # `u + (-mu)`, not `u - mu` (the same numbers): torch's backward
+            # of a subtraction negates the full-size gradient before summing
+            # it down to mu's shape; an addition passes it through.
+            sq_dev = ops.square(u + ops.negative(mu)[:, :, None])
             var = weighted_sum(weights, sq_dev) / weight_sum[..., None] + self.epsilon
             log_var = ops.log(var)
             scale = weight_sum * (out_caps / in_caps)
