@@ -187,7 +187,7 @@ def use_xla_cpu_convolutions():
     """On JAX, turns off jaxlib's YNNPACK convolutions unless `XLA_FLAGS`
     already says how to treat them.
 
-    XLA:CPU's own convolutions run Efficient-CapsNet's 3x3 convs 2.4-3x
+    XLA:CPU's own convolutions run Efficient-CapsNet's 3x3 convs 1.6-3x
     faster (forward + gradients, `benchmarks/README.md`), and with them
     `implementation="auto"` takes the native stride-1 conv
     (`keras_capsules.conv.ynn_convolutions_off`). XLA reads the flag when

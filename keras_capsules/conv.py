@@ -120,9 +120,9 @@ def resolve_implementation(implementation, strides, inputs=None, xla=None):
 def ynn_convolutions_off(flags=None):
     """Whether `XLA_FLAGS` keeps XLA:CPU's YNNPACK convolutions off.
 
-    jaxlib's XLA:CPU runs convolutions through YNNPACK, 2.4-3x slower here
+    jaxlib's XLA:CPU runs convolutions through YNNPACK, 1.6-3x slower here
     than its own (Efficient-CapsNet's 3x3 convs, forward + gradients) and
-    slower than slices + matmul, hence `"matmul"` on JAX. With
+    no faster than slices + matmul, hence `"matmul"` on JAX. With
     `XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_convolution`
     set before JAX's first computation, the native stride-1 convolution is
     the fastest (`"auto"` then picks `"conv"` for stride 1).
