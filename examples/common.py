@@ -17,6 +17,7 @@ import time
 import keras  # Before tensorflow: torch and TF clash if TF loads first.
 
 from keras_capsules import distribute, routing
+from keras_capsules.conv import YNN_CONVOLUTIONS_OFF
 
 MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
 SMOKE_BATCH_SIZE = 4
@@ -178,9 +179,6 @@ def resolve_jit_compile(flag, backend=None, xla_on_cpu=False, torch_compile=Fals
 def steps_in(dataset):
     n = int(dataset.cardinality())
     return n if n > 0 else None
-
-
-YNN_CONVOLUTIONS_OFF = "--xla_cpu_experimental_ynn_fusion_type=-individual_convolution"
 
 
 def use_xla_cpu_convolutions():

@@ -23,6 +23,8 @@ import keras
 from keras import ops
 
 IMPLEMENTATIONS = ("auto", "conv", "matmul", "hybrid", "space_to_depth")
+# The XLA flag that turns off jaxlib's YNNPACK convolutions (`ynn_convolutions_off`).
+YNN_CONVOLUTIONS_OFF = "--xla_cpu_experimental_ynn_fusion_type=-individual_convolution"
 
 
 def resolve_implementation(implementation, strides, inputs=None, xla=None):
