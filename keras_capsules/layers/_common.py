@@ -7,8 +7,17 @@ from keras import ops
 
 from keras_capsules import routing
 from keras_capsules.conv import window_output_shape
+from keras_capsules.ops import safe_norm
 
 POSE_SIZE = 16  # a 4x4 pose matrix, stored row-major
+
+
+
+def householder_initializer():
+    """The default initializer of Householder vectors (`orthogonal=True`):
+    the transforms they make are orthogonal whatever their scale, so the
+    votes keep the children's lengths and need no derived scale."""
+    return keras.initializers.GlorotUniform()
 
 # A weight argument's kind -> the Keras module that resolves and serialises it.
 _WEIGHT_ARGUMENT_MODULES = {
@@ -27,10 +36,16 @@ def set_weight_arguments(layer, prefix, initializer, regularizer, constraint):
         setattr(layer, f"{prefix}_{kind}", module.get(value))
 
 
-def weight_options(layer, prefix):
+def weight_options(layer, prefix, default_initializer=None):
     """The `add_weight` arguments `initializer`, `regularizer` and
-    `constraint` of the weights that `layer.<prefix>_*` govern."""
-    return {kind: getattr(layer, f"{prefix}_{kind}") for kind in _WEIGHT_ARGUMENT_MODULES}
+    `constraint` of the weights that `layer.<prefix>_*` govern; an
+    initializer that is `None` (the layers' default) becomes
+    `default_initializer()`, the layer's derived default
+    (`keras_capsules.initializers`)."""
+    options = {kind: getattr(layer, f"{prefix}_{kind}") for kind in _WEIGHT_ARGUMENT_MODULES}
+    if options["initializer"] is None and default_initializer is not None:
+        options["initializer"] = default_initializer()
+    return options
 
 
 def weight_arguments_config(layer, prefix):
@@ -130,9 +145,16 @@ def build_router(router, votes_shape, activations_shape):
         router.build(votes_shape, activations_shape)
 
 
-def call_router(layer, votes, activations):
+def call_router(layer, votes, activations, length_coded=False):
     """`layer.router(votes, activations)`, cast to the layer's compute dtype
     (the router may have its own policy; it routes in float32 under mixed
-    precision either way)."""
+    precision either way).
+
+    With `length_coded=True` (the vector-capsule layers), poses of a router
+    whose poses have a fixed length (`Router.fixed_length_poses`) are
+    rescaled to the length of their activations, the direction kept, so
+    that a pose's length is its parent's activation for every router."""
     poses, activations = layer.router(votes, activations)
+    if length_coded and layer.router.fixed_length_poses:
+        poses = poses * (activations / safe_norm(poses))[..., None]
     return ops.cast(poses, layer.compute_dtype), ops.cast(activations, layer.compute_dtype)

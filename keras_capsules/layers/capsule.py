@@ -3,7 +3,9 @@
 import keras
 from keras import ops
 
+from keras_capsules.initializers import transform_initializer
 from keras_capsules.layers._common import (
+    householder_initializer,
     build_router,
     call_router,
     get_router,
@@ -13,7 +15,7 @@ from keras_capsules.layers._common import (
     weight_arguments_config,
     weight_options,
 )
-from keras_capsules.ops import householder_orthogonal
+from keras_capsules.ops import compute_dtype_for, householder_orthogonal
 from keras_capsules.routing.base import check_activations_shape
 from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.validation import positive_int
@@ -35,6 +37,30 @@ class Capsule(keras.layers.Layer):
     in_dim, capsule_dim)`, serves every child (then `in_caps` may vary).
     Votes are one einsum.
 
+    A parent pose's length is its activation, whatever the router: the
+    routers that squash (dynamic, sparse attention, self-attention) make it
+    so; inverted dot-product routing's poses, layer-normalised to a fixed
+    length, are rescaled to the length of its activations
+    (`Router.fixed_length_poses`). So `Length()` of the poses gives class
+    scores for `MarginLoss` with every router.
+
+    Initialisation: the default `W` (`kernel_initializer=None`) is a
+    truncated normal of standard deviation `vote_stddev / 0.5`, with
+    `vote_stddev = router.vote_stddev(in_caps, num_capsules, capsule_dim)`:
+    child poses of length 0.5 (squashed capsules near the squash's knee)
+    then give votes whose elements have the standard deviation the router
+    asks for. For routers that sum votes with coefficients adding to 1 over
+    the parents (dynamic, attention, inverted dot-product) that is
+    `num_capsules / sqrt(in_caps * capsule_dim)`, so the parents' sums start
+    at length ~1 and the squashed parents at ~0.5; EM asks for unit-variance
+    votes, self-routing (which averages them) for `0.5 * sqrt(in_caps /
+    capsule_dim)` (`keras_capsules.initializers`). Keras's
+    `glorot_uniform`, with its fan-in of `in_caps * num_capsules * in_dim`,
+    starts the parents of a CapsNet at length ~1e-4, where the squash
+    passes back no gradient. With `orthogonal=True` the Householder vectors
+    default to `glorot_uniform` (orthogonal transforms keep the children's
+    lengths).
+
     With `orthogonal=True` (OrthCaps) each transform is the top-left
     `in_dim x capsule_dim` block of a product of `n = max(in_dim,
     capsule_dim)` Householder reflections `I - 2 v v^T / (v^T v)` with
@@ -52,7 +78,8 @@ class Capsule(keras.layers.Layer):
             `DynamicRouting()` (3 iterations, as in the paper).
         share_weights: bool, one transform per parent shared by all children.
         kernel_initializer: initializer of `W` (of the Householder vectors
-            with `orthogonal=True`).
+            with `orthogonal=True`); `None`, the default, derives it from
+            the router (see "Initialisation").
         return_activations: bool, also return the parent activations.
         orthogonal: bool, parametrise each transform as an orthogonal block.
         kernel_regularizer: regularizer of `W` (of the Householder vectors
@@ -91,7 +118,7 @@ class Capsule(keras.layers.Layer):
         capsule_dim,
         router=None,
         share_weights=False,
-        kernel_initializer="glorot_uniform",
+        kernel_initializer=None,
         return_activations=False,
         orthogonal=False,
         kernel_regularizer=None,
@@ -130,12 +157,13 @@ class Capsule(keras.layers.Layer):
             # Not autocast: the reflections are computed in float32.
             self.householder = self.add_weight(
                 name="householder", shape=(*prefix, n, n), autocast=False,
-                **weight_options(self, "kernel"),
+                **weight_options(self, "kernel", householder_initializer),
             )
         else:
+            vote_stddev = self.router.vote_stddev(in_caps, self.num_capsules, self.capsule_dim)
             self.kernel = self.add_weight(
                 name="kernel", shape=(*prefix, in_dim, self.capsule_dim),
-                **weight_options(self, "kernel"),
+                **weight_options(self, "kernel", lambda: transform_initializer(vote_stddev)),
             )
         build_router(
             self.router, (batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape
@@ -145,14 +173,20 @@ class Capsule(keras.layers.Layer):
         poses, activations = split_capsule_inputs(inputs)
         if activations is not None:  # a built layer may get other activations
             check_activations_shape("Capsule", "poses", poses.shape, activations.shape)
-        poses, activations = call_router(self, self.votes(poses), activations)
+        poses, activations = call_router(
+            self, self.votes(poses), activations, length_coded=True
+        )
         return (poses, activations) if self.return_activations else poses
 
     def votes(self, poses):
         """The votes `(batch, in_caps, num_capsules, capsule_dim)` of child
-        poses `(batch, in_caps, in_dim)`: `poses[b, i] @ W[i, j]`."""
+        poses `(batch, in_caps, in_dim)`: `poses[b, i] @ W[i, j]`, in the
+        routing dtype (float32 under float16/bfloat16 policies: the router
+        works in float32, and half-precision votes of large poses
+        overflow)."""
         equation = "bid,jde->bije" if self.share_weights else "bid,ijde->bije"
-        return ops.einsum(equation, poses, self.transforms())
+        dtype = compute_dtype_for(self.compute_dtype)
+        return ops.einsum(equation, ops.cast(poses, dtype), ops.cast(self.transforms(), dtype))
 
     def transforms(self):
         """The transforms `W`, `(in_caps, num_capsules, in_dim, capsule_dim)`

@@ -6,18 +6,20 @@ import keras
 from keras import ops
 
 from keras_capsules.conv import extract_windows
+from keras_capsules.initializers import transform_initializer
 from keras_capsules.layers._common import (
     build_router,
     call_router,
     check_grid,
     get_router,
+    householder_initializer,
     serialize_router,
     set_weight_arguments,
     split_capsule_inputs,
     weight_arguments_config,
     weight_options,
 )
-from keras_capsules.ops import householder_orthogonal
+from keras_capsules.ops import compute_dtype_for, householder_orthogonal
 from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.validation import int_tuple, one_of, positive_int
 
@@ -41,6 +43,8 @@ class WindowedCapsule(keras.layers.Layer):
     rank = 2
     _kernel_name = "kernel"
     _kernel_autocast = True
+    # Vector capsules: a pose's length is its activation (`call_router`).
+    _length_coded = False
 
     def __init__(
         self, num_capsules, kernel_size, strides, padding, router, default_router,
@@ -83,6 +87,11 @@ class WindowedCapsule(keras.layers.Layer):
                 )
         return poses_shape, activations_shape
 
+    def _default_kernel_initializer(self, types, in_dim):
+        """A function that makes the initializer of the kernel when
+        `kernel_initializer` is `None`, or `None` (no derived default)."""
+        return None
+
     def _votes_shape(self, types, out_dim):
         k = math.prod(self.kernel_size)
         return (None, k * types, self.num_capsules, out_dim)
@@ -99,7 +108,7 @@ class WindowedCapsule(keras.layers.Layer):
             name=self._kernel_name,
             shape=self._kernel_shape(types, in_dim),
             autocast=self._kernel_autocast,
-            **weight_options(self, "kernel"),
+            **weight_options(self, "kernel", self._default_kernel_initializer(types, in_dim)),
         ))
         votes_shape = self._votes_shape(types, self._out_dim(in_dim))
         # A router restored from a config arrives built (its build config
@@ -120,7 +129,9 @@ class WindowedCapsule(keras.layers.Layer):
                 activations, self.kernel_size, self.strides, self.padding
             )
             activations = ops.reshape(activations, (-1, k * types))
-        parent_poses, parent_activations = call_router(self, votes, activations)
+        parent_poses, parent_activations = call_router(
+            self, votes, activations, length_coded=self._length_coded
+        )
         grid = (-1, *self._out_grid, self.num_capsules)
         return (
             ops.reshape(parent_poses, (*grid, parent_poses.shape[-1])),
@@ -152,6 +163,8 @@ class WindowedCapsule(keras.layers.Layer):
 class ConvCapsule(WindowedCapsule):
     """Shared code of ConvCapsule1D and ConvCapsule2D (see ConvCapsule2D)."""
 
+    _length_coded = True
+
     def __init__(
         self,
         num_capsules,
@@ -160,7 +173,7 @@ class ConvCapsule(WindowedCapsule):
         strides=1,
         padding="valid",
         router=None,
-        kernel_initializer="glorot_uniform",
+        kernel_initializer=None,
         return_activations=False,
         orthogonal=False,
         kernel_regularizer=None,
@@ -178,6 +191,13 @@ class ConvCapsule(WindowedCapsule):
         # reflections are computed in float32.
         self._kernel_name = "householder" if self.orthogonal else "kernel"
         self._kernel_autocast = not self.orthogonal
+
+    def _default_kernel_initializer(self, types, in_dim):
+        if self.orthogonal:
+            return householder_initializer
+        children = math.prod(self.kernel_size) * types
+        vote_stddev = self.router.vote_stddev(children, self.num_capsules, self.capsule_dim)
+        return lambda: transform_initializer(vote_stddev)
 
     def _kernel_shape(self, types, in_dim):
         if self.orthogonal:
@@ -201,7 +221,11 @@ class ConvCapsule(WindowedCapsule):
         k, types = windows.shape[1:3]
         transforms = self.transforms()
         kernel = ops.reshape(transforms, (k, *transforms.shape[self.rank :]))
-        votes = ops.einsum("nktd,ktjde->nktje", windows, kernel)
+        # In the routing dtype, as `Capsule.votes`.
+        dtype = compute_dtype_for(self.compute_dtype)
+        votes = ops.einsum(
+            "nktd,ktjde->nktje", ops.cast(windows, dtype), ops.cast(kernel, dtype)
+        )
         return ops.reshape(votes, (-1, k * types, self.num_capsules, self.capsule_dim))
 
     def call(self, inputs):
@@ -244,7 +268,8 @@ class ConvCapsule2D(ConvCapsule):
     each window: the `kh * kw * types` children of a window compete only
     among the `num_capsules` parents of that window. Window positions are
     folded into the batch axis, so the router runs once for all windows.
-    `padding="same"` pads with zero capsules (zero activations).
+    `padding="same"` pads with zero capsules (zero activations). As in
+    `Capsule`, a parent pose's length is its activation for every router.
 
     Args:
         num_capsules: int, parent capsule types per position.
@@ -255,7 +280,9 @@ class ConvCapsule2D(ConvCapsule):
         router: a router, or its name or config (`keras_capsules.routing.get`);
             default `DynamicRouting()`.
         kernel_initializer: initializer of `W` (of the Householder vectors
-            with `orthogonal=True`).
+            with `orthogonal=True`); `None`, the default, derives it from
+            the router as `Capsule` does, with `kh * kw * types` children
+            per window.
         return_activations: bool, also return the parent activations.
         orthogonal: bool, parametrise each transform as the top-left block
             of a product of `max(in_dim, capsule_dim)` Householder

@@ -85,6 +85,10 @@ class Router(keras.layers.Layer):
 
     # Votes axes whose sizes the router's weights fix (see the docstring).
     weight_axes = ()
+    # Whether the router's poses have a fixed length (a layer norm's), so
+    # that their length says nothing of the parent: the vector-capsule
+    # layers then give them the length of the activations.
+    fixed_length_poses = False
 
     def __init__(self, remat=False, **kwargs):
         super().__init__(**kwargs)
@@ -132,6 +136,42 @@ class Router(keras.layers.Layer):
                         f"{votes_shape[axis]}. Received: votes.shape={votes_shape}. "
                         "Give each capsule layer its own router."
                     )
+
+    def vote_stddev(self, children, parents, dim):
+        """The standard deviation the votes' elements should start with.
+
+        The capsule layers' default transforms are drawn so that their
+        votes start with it (`keras_capsules.initializers`). The default
+        suits routers whose parents sum the votes with coefficients that
+        add to 1 over the parents (`~1 / parents` at initialisation): the
+        sum of `children` votes of random directions then has length ~1,
+        the squash's knee:
+
+        ```
+        vote_stddev = parents / sqrt(children * dim)
+        ```
+
+        Routers that average the votes instead override it (`EMRouting`,
+        `SelfRouting`: 1).
+
+        Args:
+            children: the number of child capsules that vote for each
+                parent (`in_caps`; `None` if unknown: then taken as
+                `parents ** 2`, votes of length 1).
+            parents: the number of parents, `out_caps`.
+            dim: the dimension of the votes.
+
+        Returns:
+            a float.
+
+        Example:
+
+        >>> router = keras_capsules.routing.DynamicRouting()
+        >>> round(router.vote_stddev(1152, 10, 16), 4)
+        0.0737
+        """
+        children = parents**2 if children is None else children
+        return parents / (children * dim) ** 0.5
 
     def call(self, votes, activations=None, return_coefficients=False):
         self.check_inputs(votes.shape, None if activations is None else activations.shape)

@@ -116,6 +116,15 @@ class EMRouting(Router):
         self.beta_u = self.add_weight(name="beta_u", shape=(out_caps,), initializer="zeros")
         self.beta_a = self.add_weight(name="beta_a", shape=(out_caps,), initializer="zeros")
 
+    def vote_stddev(self, children, parents, dim):
+        """1: unit-variance votes (see `Router.vote_stddev`).
+
+        EM fits a Gaussian to each parent's votes: votes of unit variance start
+        each Gaussian at log-variance ~0, where its cost and activation are
+        near their midpoints (much smaller votes saturate the activations).
+        """
+        return 1.0
+
     def inverse_temperatures(self):
         """The `lambda_t` of each iteration, as Python floats."""
         if self.inverse_temperature is None:

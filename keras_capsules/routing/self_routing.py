@@ -80,6 +80,18 @@ class SelfRouting(Router):
             name="routing_bias", shape=(in_caps, out_caps), initializer="zeros"
         )
 
+    def vote_stddev(self, children, parents, dim):
+        """`0.5 * sqrt(children / dim)` (see `Router.vote_stddev`).
+
+        Self-routing averages the votes, so at initialisation (uniform
+        coefficients) a parent's pose is the mean of `children` votes of
+        random directions, of length `|vote| / sqrt(children)`; votes of
+        this standard deviation start the poses at length ~0.5, as the
+        squashed parents of the other routers. Unknown `children`: votes of
+        unit variance.
+        """
+        return 1.0 if children is None else 0.5 * (children / dim) ** 0.5
+
     def route(self, votes, activations):
         kernel = ops.cast(self.routing_kernel, votes.dtype)
         bias = ops.cast(self.routing_bias, votes.dtype)
