@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules.labels import one_hot
 from keras_capsules.validation import finite_float, non_negative_float, one_of, positive_float
 
 
@@ -32,7 +33,11 @@ class MarginLoss(keras.losses.Loss):
         name, reduction, dtype: as for every `keras.losses.Loss`.
 
     Call arguments:
-        y_true: one-hot labels `(batch, num_classes)`.
+        y_true: one-hot labels `(batch, num_classes)`, or class ids
+            `(batch,)` or `(batch, 1)`, converted to one-hot
+            (`keras_capsules.labels.one_hot`: an id outside `[0,
+            num_classes)` is a row of zeros); any other shape is a
+            `ValueError`.
         y_pred: capsule lengths `(batch, num_classes)`.
         sample_weight: optional `(batch,)` weights.
 
@@ -75,8 +80,8 @@ class MarginLoss(keras.losses.Loss):
         self.class_reduction = one_of(class_reduction, ("sum", "mean"), "class_reduction")
 
     def call(self, y_true, y_pred):
-        y_true = ops.cast(y_true, "float32")
         lengths = ops.cast(y_pred, "float32")
+        y_true = one_hot(y_true, lengths.shape[-1])
         present = y_true * ops.square(ops.relu(self.m_plus - lengths))
         absent = (1.0 - y_true) * ops.square(ops.relu(lengths - self.m_minus))
         per_class = present + self.down_weight * absent
@@ -150,8 +155,10 @@ class SpreadLoss(keras.losses.Loss):
         name, reduction, dtype: as for every `keras.losses.Loss`.
 
     Call arguments:
-        y_true, y_pred: one-hot labels and class activations, both
-            `(batch, num_classes)`; `sample_weight` optional, `(batch,)`.
+        y_true: one-hot labels `(batch, num_classes)`, or class ids
+            `(batch,)` or `(batch, 1)`, as for `MarginLoss`.
+        y_pred: class activations `(batch, num_classes)`.
+        sample_weight: optional, `(batch,)`.
 
     Returns:
         the reduced loss: a scalar, `(batch,)` with `reduction=None`.
@@ -182,8 +189,8 @@ class SpreadLoss(keras.losses.Loss):
         return self.margin_state.margin
 
     def call(self, y_true, y_pred):
-        y_true = ops.cast(y_true, "float32")
         activations = ops.cast(y_pred, "float32")
+        y_true = one_hot(y_true, activations.shape[-1])
         target = ops.sum(y_true * activations, axis=-1, keepdims=True)
         margin = ops.cast(self.margin, "float32")
         spread = ops.square(ops.relu(margin - (target - activations)))

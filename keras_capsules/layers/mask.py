@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules.labels import one_hot
 from keras_capsules.layers._common import split_capsule_inputs
 from keras_capsules.ops import safe_norm
 
@@ -57,8 +58,7 @@ class Mask(keras.layers.Layer):
         if labels is None:
             labels = ops.one_hot(ops.argmax(safe_norm(poses), axis=-1), num_caps)
         elif len(labels.shape) == 1 or labels.shape[-1] != num_caps:
-            ids = ops.reshape(ops.cast(labels, "int32"), (-1,))
-            labels = ops.one_hot(ids, num_caps)
+            labels = one_hot(labels, num_caps, "labels")
         masked = poses * ops.cast(labels, poses.dtype)[..., None]
         return ops.reshape(masked, (-1, num_caps * poses.shape[2]))
 

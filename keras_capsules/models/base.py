@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules.labels import check_class_ids, one_hot
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
 from keras_capsules.losses import MarginLoss
@@ -13,7 +14,26 @@ from keras_capsules.models._compile import AutoXLACompile
 from keras_capsules.validation import int_tuple, positive_int
 
 
-class CapsuleClassifier(AutoXLACompile, keras.Model):
+class ClassIdCheck:
+    """A ready model's `fit` and `evaluate` refuse array labels with a class
+    id outside `[0, num_classes)` (`keras_capsules.labels.check_class_ids`),
+    the same `ValueError` on every backend, before any step runs. Labels
+    from a dataset or generator are not read ahead: an id out of range
+    there is a row of zeros in the loss (`keras_capsules.labels.one_hot`)."""
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        check_class_ids(y, self.num_classes)
+        validation = kwargs.get("validation_data")
+        if isinstance(validation, (tuple, list)) and len(validation) >= 2:
+            check_class_ids(validation[1], self.num_classes, "validation_data labels")
+        return super().fit(x, y, *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        check_class_ids(y, self.num_classes)
+        return super().evaluate(x, y, *args, **kwargs)
+
+
+class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
     """Base of the capsule classifiers: class scores out, reconstruction in the loss.
 
     `model(images)`, `predict` and `export` give the class scores, the
@@ -32,8 +52,12 @@ class CapsuleClassifier(AutoXLACompile, keras.Model):
     The compiled metrics see the scores. Called by hand with the scores,
     `compute_loss(x, y, model(x))` encodes `x` again for the poses.
 
-    Labels may be integer class ids `(batch,)` or one-hot `(batch,
-    num_classes)`; the compiled loss receives them one-hot.
+    Labels may be integer class ids `(batch,)` or `(batch, 1)`, or one-hot
+    `(batch, num_classes)`; the compiled loss receives them one-hot. `fit`
+    and `evaluate` refuse array labels with an id outside `[0,
+    num_classes)` with a `ValueError` (labels from a dataset are not read
+    ahead: there such an id is a row of zeros, see
+    `keras_capsules.labels.one_hot`).
 
     `compile(jit_compile="auto")`, the default, also turns XLA on with
     TensorFlow on CPU (Keras's own `"auto"` leaves it off there; these
@@ -233,7 +257,7 @@ class CapsuleClassifier(AutoXLACompile, keras.Model):
         )
 
     def _one_hot(self, y):
-        return one_hot_labels(y, self.num_classes)
+        return one_hot(y, self.num_classes, "y")
 
     def reconstruct(self, images, labels=None):
         """Decoded images, masked by `labels` (ids or one-hot) or by the longest capsule."""
@@ -266,22 +290,3 @@ class CapsuleClassifier(AutoXLACompile, keras.Model):
         return config
 
 
-def one_hot_labels(y, num_classes):
-    """Class ids `(batch,)` or one-hot `(batch, num_classes)` -> float32 one-hot.
-
-    Args:
-        y: labels, ids `(batch,)` (or `(batch, 1)`) or one-hot.
-        num_classes: the number of classes.
-
-    Returns:
-        float32 one-hot labels `(batch, num_classes)`.
-
-    Example:
-
-    >>> from keras_capsules.models.base import one_hot_labels
-    >>> ops.convert_to_numpy(one_hot_labels(np.array([2, 0]), 3)).tolist()
-    [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
-    """
-    if len(y.shape) == 2 and y.shape[-1] == num_classes:
-        return ops.cast(y, "float32")
-    return ops.one_hot(ops.cast(ops.reshape(y, (-1,)), "int32"), num_classes)

@@ -14,7 +14,8 @@ from keras_capsules.layers.matrix_capsule import (
 from keras_capsules.layers.strided_conv import StridedConv2D
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.models._compile import AutoXLACompile
-from keras_capsules.models.base import one_hot_labels
+from keras_capsules.labels import one_hot
+from keras_capsules.models.base import ClassIdCheck
 from keras_capsules.routing.em import EMRouting
 from keras_capsules.validation import (
     int_tuple,
@@ -35,7 +36,7 @@ _PAPER_NAMES = {
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNet(AutoXLACompile, keras.Model):
+class MatrixCapsNet(ClassIdCheck, AutoXLACompile, keras.Model):
     """Matrix capsules with EM routing: 4x4 pose matrices and activations.
 
     ```
@@ -217,7 +218,7 @@ class MatrixCapsNet(AutoXLACompile, keras.Model):
         return self.encode(images, training=training)[1]
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        labels = one_hot_labels(y, self.num_classes)
+        labels = one_hot(y, self.num_classes, "y")
         loss_fn = self.spread_loss if self._compile_loss is None else self._compile_loss
         losses = [ops.cast(loss_fn(labels, y_pred, sample_weight), "float32")]
         losses += [ops.cast(self._aggregate_additional_loss(l), "float32") for l in self.losses]

@@ -1,0 +1,91 @@
+"""Class labels as the capsule losses take them: class ids or one-hot."""
+
+import numpy as np
+from keras import ops
+
+
+def one_hot(y_true, num_classes, name="y_true"):
+    """Class ids or one-hot labels -> float32 one-hot `(..., num_classes)`.
+
+    Accepted, for predictions of shape `(batch, num_classes)`:
+
+    - one-hot (or soft) labels `(batch, num_classes)`, taken as they are;
+    - class ids `(batch,)`, or `(batch, 1)` (Keras's sparse-label shape)
+      when `num_classes > 1`; with one class a `(batch, 1)` label is read
+      as one-hot.
+
+    An id outside `[0, num_classes)` (a negative id too) gives a row of
+    zeros on every backend: no class is present, so a margin loss pushes
+    every score down. The ready models refuse such ids in `fit` and
+    `evaluate` when the labels are arrays (`check_class_ids`).
+
+    Args:
+        y_true: the labels.
+        num_classes: the number of classes (the predictions' last axis).
+        name: the argument's name, for the error message.
+
+    Returns:
+        float32 one-hot labels `(batch, num_classes)`.
+
+    Raises:
+        ValueError: for any other shape.
+
+    Example:
+
+    >>> from keras_capsules.labels import one_hot
+    >>> ops.convert_to_numpy(one_hot(np.array([[2], [0]]), 3)).tolist()
+    [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+    >>> ops.convert_to_numpy(one_hot(np.array([3, -1]), 3)).tolist()  # out of range
+    [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    """
+    y_true = ops.convert_to_tensor(y_true)
+    shape = tuple(y_true.shape)
+    if len(shape) == 2 and shape[-1] == num_classes:
+        return ops.cast(y_true, "float32")
+    if len(shape) == 1 or (len(shape) == 2 and shape[-1] == 1):
+        ids = ops.cast(ops.reshape(y_true, (-1,)), "int32")
+        # Not ops.one_hot: torch raises on ids out of range, TensorFlow and
+        # JAX give zeros; the comparison gives zeros on every backend.
+        classes = ops.arange(num_classes, dtype="int32")
+        return ops.cast(ops.equal(ids[:, None], classes[None, :]), "float32")
+    raise _shape_error(name, num_classes, shape)
+
+
+def check_class_ids(y, num_classes, name="y"):
+    """Raises a `ValueError` if array labels `y` hold a class id outside
+    `[0, num_classes)`; one-hot labels and anything that is not an array
+    (a dataset, a generator) pass unchecked.
+
+    Args:
+        y: labels, as given to `fit` or `evaluate`.
+        num_classes: the number of classes.
+        name: the argument's name, for the message.
+
+    Example:
+
+    >>> from keras_capsules.labels import check_class_ids
+    >>> check_class_ids(np.array([0, 3]), 3)
+    Traceback (most recent call last):
+        ...
+    ValueError: `y` must hold class ids in [0, 3). Received: ids from 0 to 3
+    """
+    if not (isinstance(y, np.ndarray) or ops.is_tensor(y)):
+        return
+    shape = tuple(y.shape)
+    if len(shape) == 2 and shape[-1] == num_classes:
+        return  # one-hot
+    if not (len(shape) == 1 or (len(shape) == 2 and shape[-1] == 1)):
+        raise _shape_error(name, num_classes, shape)
+    ids = np.asarray(ops.convert_to_numpy(y))
+    if ids.size and (ids.min() < 0 or ids.max() >= num_classes):
+        raise ValueError(
+            f"`{name}` must hold class ids in [0, {num_classes}). "
+            f"Received: ids from {ids.min():g} to {ids.max():g}"
+        )
+
+
+def _shape_error(name, num_classes, shape):
+    return ValueError(
+        f"`{name}` must be class ids of shape (batch,) or (batch, 1), or one-hot "
+        f"labels of shape (batch, {num_classes}). Received: {name}.shape={shape}"
+    )
