@@ -96,6 +96,30 @@ def squash(x, axis=-1, epsilon=1e-7):
     return ops.cast(x * scale, original)
 
 
+def squash_length(x, axis=-1):
+    """The length of `squash(x)`, without the squash: `n2 / (1 + n2)` with
+    `n2 = sum(x^2, axis)`.
+
+    In [0, 1), smooth everywhere (no square root, so its gradient is finite
+    and 0 at `x = 0`); computed in float32 for half inputs.
+
+    Args:
+        x: capsule poses, e.g. `(batch, capsules, dim)`.
+        axis: the capsule dimension.
+
+    Returns:
+        the lengths, the shape of `x` without `axis`, in the dtype of `x`.
+
+    Example:
+
+    >>> ops.convert_to_numpy(keras_capsules.ops.squash_length(keras.ops.ones((1, 4))))
+    array([0.8], dtype=float32)
+    """
+    x, original = _upcast(x)
+    n2 = ops.sum(ops.square(x), axis=axis)
+    return ops.cast(n2 / (1.0 + n2), original)
+
+
 def efficient_squash(x, axis=-1, epsilon=1e-7):
     """The squash of Efficient-CapsNet (Mazzia et al., 2021), eq. 5.
 

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules.ops import safe_norm
+from keras_capsules.ops import squash_length
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
 from keras_capsules.validation import positive_float, positive_int
@@ -20,17 +20,26 @@ class InvertedDotProductRouting(Router):
 
     ```
     r = 1 / out_caps
-    v = LayerNorm(sum_i r[b, i, j] * u[b, i, j])
+    s = sum_i r[b, i, j] * u[b, i, j];  v = LayerNorm(s)
     repeat iterations - 1 times:
         r = softmax(u[b, i, j] . v[b, j] / (sqrt(dim) * temperature), axis=out_caps)
-        v = LayerNorm(sum_i r[b, i, j] * u[b, i, j])
-    poses = v; activations = safe_norm(v); coefficients = r
+        s = sum_i r[b, i, j] * u[b, i, j];  v = LayerNorm(s)
+    poses = v; activations = |s|^2 / (1 + |s|^2); coefficients = r
     ```
 
     `LayerNorm` normalises over `dim` (epsilon 1e-5) with a learnable scale
     (ones at init) and offset (zeros) shared by all parents; the router owns
     them, so it needs a known `dim`. Input `activations` are accepted and
     ignored.
+
+    Activations: the layer-normalised poses all have about the same length
+    (that of the scale), so their length says nothing of a parent. Tsai et
+    al. read the class capsules with a linear classifier; here a parent's
+    activation is the length of the squashed sum `s` of its last update
+    (`keras_capsules.ops.squash_length`), which grows with the votes'
+    agreement, as in dynamic routing. The vector-capsule layers (`Capsule`,
+    `ConvCapsule1D/2D`) return the poses rescaled to that length
+    (`fixed_length_poses = True`), so `Length` reads the activations.
 
     Args:
         iterations: number of pose updates, `>= 1` (the first one uses
@@ -49,8 +58,9 @@ class InvertedDotProductRouting(Router):
         return_coefficients: also return `r`.
 
     Returns:
-        `(poses (batch, out_caps, dim), lengths (batch, out_caps))`; then
-        `r` `(batch, in_caps, out_caps)` with `return_coefficients=True`.
+        `(poses (batch, out_caps, dim), activations (batch, out_caps))`, the
+        activations in [0, 1); then `r` `(batch, in_caps, out_caps)` with
+        `return_coefficients=True`.
 
     Example:
 
@@ -71,6 +81,7 @@ class InvertedDotProductRouting(Router):
         self.temperature = positive_float(temperature, "temperature")
 
     weight_axes = (3,)  # the LayerNorm scale and offset: (dim,)
+    fixed_length_poses = True
 
     def build(self, votes_shape, activations_shape=None):
         super().build(votes_shape, activations_shape)
@@ -89,16 +100,18 @@ class InvertedDotProductRouting(Router):
         u = parent_major(votes)
         # The first update has uniform coefficients: no softmax, no einsum.
         coefficients = None
-        v = self._layer_norm(ops.sum(u, axis=2) / out_caps)
+        s = ops.sum(u, axis=2) / out_caps
+        v = self._layer_norm(s)
         for _ in range(self.iterations - 1):
             logits = agreement(u, v) / (dim**0.5 * self.temperature)
             coefficients = ops.softmax(logits, axis=1)
-            v = self._layer_norm(weighted_sum(coefficients, u))
+            s = weighted_sum(coefficients, u)
+            v = self._layer_norm(s)
         if coefficients is None:
             coefficients = ops.full_like(votes[..., 0], 1.0 / out_caps)
         else:
             coefficients = swap_caps(coefficients)
-        return v, safe_norm(v), coefficients
+        return v, squash_length(s), coefficients
 
     def _layer_norm(self, x):
         mean = ops.mean(x, axis=-1, keepdims=True)

@@ -74,11 +74,14 @@ def layer_norm(x, scale, offset, epsilon=1e-5):
 def inverted_dot_product_routing(votes, scale, offset, iterations=2, temperature=1.0):
     out_caps, dim = votes.shape[2], votes.shape[3]
     r = np.full(votes.shape[:3], 1.0 / out_caps)
-    v = layer_norm(np.einsum("bij,bijd->bjd", r, votes), scale, offset)
+    s = np.einsum("bij,bijd->bjd", r, votes)
+    v = layer_norm(s, scale, offset)
     for _ in range(iterations - 1):
         r = softmax(np.einsum("bijd,bjd->bij", votes, v) / (np.sqrt(dim) * temperature), axis=2)
-        v = layer_norm(np.einsum("bij,bijd->bjd", r, votes), scale, offset)
-    return v, safe_norm(v), r
+        s = np.einsum("bij,bijd->bjd", r, votes)
+        v = layer_norm(s, scale, offset)
+    n2 = (s**2).sum(axis=-1)
+    return v, n2 / (1 + n2), r
 
 
 def self_routing(votes, weights, bias, activations=None):
