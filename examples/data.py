@@ -141,17 +141,19 @@ def _mnist_image(example):
 
 
 def mnist(split, batch_size, augment=None, data_dir=None, download=True,
-          shuffle_buffer=10_000, drop_remainder=False):
+          shuffle_buffer=10_000, drop_remainder=False, shuffle=None):
     """MNIST `(image in [0, 1], integer label)` batches.
 
+    split: a TFDS split, slices too (`"train[:4096]"`).
     augment: `None`, `"capsnet"` (random shift up to 2 px, Sabour et al.)
     or `"efficient_capsnet"` (random rotation, shift up to 2 px and a
     random 4x4 erase, after Mazzia et al.'s code). Only for `split="train"`.
+    shuffle: shuffle each epoch (default: when augmenting, i.e. training).
     """
     if augment not in (None, "capsnet", "efficient_capsnet"):
         raise ValueError(f"Unknown MNIST augmentation. Received: augment={augment!r}")
     ds = load_split("mnist", split, data_dir, download).map(_mnist_image, AUTOTUNE)
-    training = augment is not None
+    training = augment is not None if shuffle is None else shuffle
     if augment == "capsnet":
         ds = ds.map(lambda x, y: (random_shift(x), y), AUTOTUNE)
     elif augment == "efficient_capsnet":

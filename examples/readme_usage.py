@@ -1,0 +1,108 @@
+"""Trains the model of the README's "Usage" section, once per router.
+
+The model is the README's code as printed (`Conv2D -> PrimaryCapsule ->
+Capsule(router=NAME) -> Length`, `compile(optimizer="adam",
+loss=MarginLoss())`, every layer with its defaults), trained for one epoch
+on the first `--train-images` MNIST training images and evaluated on the
+first `--test-images` test images. Prints a table and writes
+`readme_usage.json`:
+
+    python examples/readme_usage.py                      # all six routers
+    python examples/readme_usage.py --routers dynamic,em --data-dir DIR
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import keras
+
+import keras_capsules as kc
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import data  # noqa: E402
+from common import use_xla_cpu_convolutions  # noqa: E402
+
+
+def readme_model(router):
+    """The README's "Usage" model with `router=router`."""
+    images = keras.Input((28, 28, 1))
+    x = keras.layers.Conv2D(256, 9, activation="relu")(images)
+    x = kc.PrimaryCapsule(32, 8, kernel_size=9, strides=2)(x)   # 1152 capsules of 8D
+    digits = kc.Capsule(10, 16, router=router)(x)                # routing by agreement
+    lengths = kc.Length()(digits)                                # class scores
+    model = keras.Model(images, lengths)
+    model.compile(optimizer="adam", loss=kc.MarginLoss(), metrics=["accuracy"])
+    return model
+
+
+class _Losses(keras.callbacks.Callback):
+    """The first step's loss and the last epoch's mean."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 0:
+            self.first = float(logs["loss"])
+        self.last = float(logs["loss"])
+
+
+def train_router(router, args):
+    if args.seed is not None:
+        keras.utils.set_random_seed(args.seed)
+    train = data.mnist(f"train[:{args.train_images}]", args.batch_size,
+                       data_dir=args.data_dir, shuffle=True)
+    test = data.mnist(f"test[:{args.test_images}]", args.batch_size, data_dir=args.data_dir)
+    model = readme_model(router)
+    losses = _Losses()
+    start = time.perf_counter()
+    model.fit(train, epochs=1, callbacks=[losses], verbose=0)
+    seconds = time.perf_counter() - start
+    _, accuracy = model.evaluate(test, verbose=0)
+    return {"router": router, "test_accuracy": float(accuracy), "first_loss": losses.first,
+            "epoch_loss": losses.last, "train_seconds": seconds}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--routers", default=",".join(kc.routing.names()))
+    parser.add_argument("--train-images", type=int, default=4096)
+    parser.add_argument("--test-images", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", default=None,
+                        help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
+    parser.add_argument("--output-dir", default=os.path.join("runs", "readme_usage"))
+    parser.add_argument("--smoke", action="store_true",
+                        help="8 training and 8 test images of tfds.testing.mock_data (tests)")
+    args = parser.parse_args(argv)
+    if argv is None:
+        use_xla_cpu_convolutions()
+    routers = args.routers.split(",")
+    unknown = sorted(set(routers) - set(kc.routing.names()))
+    if unknown:
+        parser.error(f"unknown routers {unknown}; choose from {list(kc.routing.names())}")
+    if args.smoke:
+        import tensorflow_datasets as tfds
+
+        args.train_images = args.test_images = args.batch_size = 8
+        with tfds.testing.mock_data(num_examples=16):
+            results = [train_router(r, args) for r in routers]
+    else:
+        results = [train_router(r, args) for r in routers]
+    backend = keras.backend.backend()
+    print(f"| router | {backend}: test accuracy | first-step loss | epoch loss | seconds |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for r in results:
+        print(f"| `{r['router']}` | {100 * r['test_accuracy']:.1f} % | {r['first_loss']:.3f} "
+              f"| {r['epoch_loss']:.3f} | {r['train_seconds']:.0f} |")
+    os.makedirs(args.output_dir, exist_ok=True)
+    with open(os.path.join(args.output_dir, "readme_usage.json"), "w") as f:
+        json.dump({"backend": backend, "keras": keras.__version__, "results": results,
+                   **{k: getattr(args, k) for k in ("train_images", "test_images",
+                                                    "batch_size", "seed")}}, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    main()
