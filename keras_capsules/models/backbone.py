@@ -114,22 +114,28 @@ class BackboneCapsNet(CapsuleClassifier):
         self.class_capsule_dim = positive_int(class_capsule_dim, "class_capsule_dim")
         self.primary_kernel_size = int_tuple(primary_kernel_size, 2, "primary_kernel_size")
         self.primary_strides = int_tuple(primary_strides, 2, "primary_strides")
-        images = keras.Input(self.image_shape)
-        x = backbone(images)
+        # The features model starts at the backbone's feature map, so that
+        # the backbone is one layer of this model (not also one inside
+        # `features`: `summary()` would count its weights twice).
+        x = backbone(keras.Input(self.image_shape))
         if len(x.shape) != 4:
             raise ValueError(
                 "`backbone` must map images to a (batch, height, width, channels) "
                 f"feature map. Received: backbone output shape {tuple(x.shape)} for "
                 f"input_shape={self.image_shape}"
             )
+        feature_map = keras.Input(x.shape[1:])
         x = PrimaryCapsule(
             self.primary_capsules, self.capsule_dim, self.primary_kernel_size,
             strides=self.primary_strides, name="primary", dtype=self.dtype_policy,
-        )(x)
-        self._set_capsules(keras.Model(images, x, name="features"), Capsule(
+        )(feature_map)
+        self._set_capsules(keras.Model(feature_map, x, name="features"), Capsule(
             self.num_classes, self.class_capsule_dim, router=router,
             name="digit_capsules", dtype=self.dtype_policy,
         ))
+
+    def child_capsules(self, images, training=None):
+        return self.features(self.backbone(images, training=training), training=training)
 
     def get_config(self):
         config = super().get_config()

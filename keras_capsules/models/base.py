@@ -75,10 +75,11 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
     Subclasses pass the base arguments to `__init__`, then call
     `self._set_capsules(features, digit_capsules)` with `features` (a
     model: images -> child capsules `(batch, children, dim)`, taking
-    `training`) and `digit_capsules` (a `keras_capsules.layers.Capsule`
+    `training`; a subclass that overrides `child_capsules` may feed it something
+    else, as `BackboneCapsNet` feeds it the backbone's feature map) and `digit_capsules` (a `keras_capsules.layers.Capsule`
     with one capsule per class), each of their layers made with
     `dtype=self.dtype_policy`; they extend `get_config`.
-    `encode` may be overridden; `call`, `train_step`, `test_step`,
+    `child_capsules` and `encode` may be overridden; `call`, `train_step`, `test_step`,
     `compute_loss` and `compute_metrics` should not.
 
     Args:
@@ -162,6 +163,11 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
         self.features = features
         self.digit_capsules = digit_capsules
         digit_capsules.build(features.output.shape)
+        # Called symbolically, so that `summary()` shows them built, with
+        # their output shapes.
+        poses = keras.KerasTensor(digit_capsules.compute_output_shape(features.output.shape))
+        self.scores(poses)
+        self.mask(poses)
         if self.reconstruction:
             self.decoder = self._build_decoder(digit_capsules.capsule_dim)
         self.build((None, *self.image_shape))
@@ -182,9 +188,13 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
     def build(self, input_shape=None):
         self.built = True
 
+    def child_capsules(self, images, training=None):
+        """The child capsules `(batch, children, dim)` of the class capsules."""
+        return self.features(images, training=training)
+
     def encode(self, images, training=None):
         """Class-capsule poses `(batch, num_classes, capsule_dim)`."""
-        return self.digit_capsules(self.features(images, training=training))
+        return self.digit_capsules(self.child_capsules(images, training=training))
 
     def call(self, images, training=None):
         poses = self.encode(images, training=training)
@@ -273,7 +283,7 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
 
     def routing_coefficients(self, images):
         """Coupling coefficients of the class capsules, `(batch, in_caps, num_classes)`."""
-        children = self.features(ops.convert_to_tensor(images), training=False)
+        children = self.child_capsules(ops.convert_to_tensor(images), training=False)
         layer = self.digit_capsules
         return layer.router(layer.votes(children), None, return_coefficients=True)[2]
 

@@ -150,3 +150,16 @@ def test_bad_arguments_raise_value_errors():
         tiny_model(primary_capsules=0)
     with pytest.raises(ValueError, match="num_classes"):
         BackboneCapsNet(tiny_backbone(), 0)
+
+
+@pytest.mark.parametrize("reconstruction", [False, True])
+def test_summary_rows_are_built_and_add_up_to_the_total(reconstruction):
+    model = tiny_model(reconstruction=reconstruction)
+    capsnet = kc.CapsNet((20, 20, 1), 3, conv_filters=4, primary_capsules=2, primary_dim=4,
+                         capsule_dim=4, decoder_units=(8,))
+    for m in (model, capsnet):
+        assert all(layer.built for layer in m.layers)
+        assert sum(layer.count_params() for layer in m.layers) == m.count_params()
+        lines = []
+        m.summary(print_fn=lambda line, **kwargs: lines.append(line))
+        assert "unbuilt" not in "\n".join(lines)
