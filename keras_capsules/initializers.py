@@ -26,6 +26,20 @@ passes gradients best:
   parents (their parents' sums then start at length ~1), 1 for routers
   that average votes (EM's Gaussians then start with log-variance ~0).
 
+- matrix capsules: every matrix layer receives poses whose elements have
+  a standard deviation of ~`MATRIX_POSE_STDDEV` (0.2): `PrimaryMatrixCapsule`
+  starts its poses there (pose kernel of variance `0.04 / fan_in`, pose
+  bias of standard deviation 0.2, so even small inputs give such poses;
+  activation kernel of variance `1 / fan_in`, activations near 0.5), and EM
+  routing of unit-variance votes gives parent poses of about that spread.
+  `ConvMatrixCapsule` and `ClassMatrixCapsule` draw `W` with
+  `transform_initializer(vote_stddev, MATRIX_ROW_LENGTH)`, so the votes
+  have unit variance and every EM layer's activations start near their
+  midpoint. With Keras's `glorot_uniform` the votes' variance falls below
+  EM's floor, the activations of a `MatrixCapsNet` rise layer by layer to
+  0.998 and the model stays at chance; with unit-variance primary poses
+  they still rise to 0.96, because each EM layer's means shrink the poses.
+
 Each layer uses these when its `kernel_initializer` (`bias_initializer`)
 is `None`, the default; any Keras initializer may be passed instead.
 """
@@ -37,6 +51,15 @@ import keras
 # The typical length of a child capsule that a routed layer receives:
 # squashed capsules started near the squash's knee.
 INPUT_LENGTH = 0.5
+# The standard deviation of 4x4 pose elements at initialisation: EM
+# routing of unit-variance votes from a few dozen children or more gives
+# parent poses (weighted means of the votes) of about this spread (measured
+# 0.2 on the layers of `MatrixCapsNet`), and `PrimaryMatrixCapsule` starts
+# its poses there too, so every matrix layer receives poses of one scale.
+MATRIX_POSE_STDDEV = 0.2
+# A vote element is a row of the child's pose times a column of `W`: the
+# row (4 elements) plays the part of the child's pose.
+MATRIX_ROW_LENGTH = 2.0 * MATRIX_POSE_STDDEV
 
 # The standard deviation of a unit normal truncated at two standard
 # deviations, as `keras.initializers.TruncatedNormal` draws it; dividing by

@@ -79,3 +79,20 @@ def test_fixed_length_poses_take_the_activations_length():
     # The router alone returns Tsai et al.'s layer-normalised poses.
     router_poses = to_numpy(layer.router(layer.votes(poses))[0])
     np.testing.assert_allclose(router_poses.mean(axis=-1), 0.0, atol=1e-5)
+
+
+def test_matrix_capsules_start_with_every_em_layer_near_its_midpoint():
+    # With Keras's glorot_uniform the votes' variance fell below EM's floor
+    # and the activations rose layer by layer to 0.998 (the model then
+    # stayed at chance).
+    keras.utils.set_random_seed(0)
+    model = kc.MatrixCapsNet((20, 20, 2), 4, conv_filters=8, primary_capsules=4,
+                             conv_capsules1=4, conv_capsules2=4, iterations=2)
+    images = np.random.default_rng(0).normal(size=(4, 20, 20, 2)).astype("float32")
+    net = model.network
+    outputs = keras.Model(net.input, [layer.output for layer in net.layers[2:]])(images)
+    for layer, (poses, activations) in zip(net.layers[2:], outputs):
+        activations = to_numpy(activations)
+        assert 0.3 < activations.mean() < 0.8, (layer.name, activations.mean())
+        if layer is not net.layers[-1]:  # the poses the next layer receives
+            assert 0.1 < to_numpy(poses).std() < 0.4, (layer.name, to_numpy(poses).std())

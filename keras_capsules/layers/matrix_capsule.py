@@ -6,6 +6,11 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules.initializers import (
+    MATRIX_POSE_STDDEV,
+    MATRIX_ROW_LENGTH,
+    transform_initializer,
+)
 from keras_capsules.layers._common import (
     POSE_SIZE,
     build_router,
@@ -21,6 +26,32 @@ from keras_capsules.layers.conv_capsule import WindowedCapsule
 from keras_capsules.layers.primary_capsule import PrimaryConvolution
 from keras_capsules.routing.em import EMRouting
 from keras_capsules.validation import int_tuple, pop_renamed, positive_int, renamed_config
+
+
+def _primary_matrix_initializers():
+    """`PrimaryMatrixCapsule`'s default (kernel, bias) initializers per
+    convolution: poses with elements of standard deviation
+    `MATRIX_POSE_STDDEV`, also where the inputs are small (the bias), and
+    activation logits of unit variance for unit-scale inputs."""
+    pose_variance = MATRIX_POSE_STDDEV**2
+    return {
+        "pose": (
+            lambda: keras.initializers.VarianceScaling(pose_variance, "fan_in", "truncated_normal"),
+            lambda: keras.initializers.RandomNormal(stddev=MATRIX_POSE_STDDEV),
+        ),
+        "activation": (
+            lambda: keras.initializers.VarianceScaling(1.0, "fan_in", "truncated_normal"),
+            lambda: keras.initializers.Zeros(),
+        ),
+    }
+
+
+def matrix_transform_initializer(router, children, parents):
+    """A function making the default initializer of 4x4 transforms `W`: votes
+    of child poses with elements of standard deviation `MATRIX_POSE_STDDEV`
+    get the router's `vote_stddev`."""
+    vote_stddev = router.vote_stddev(children, parents, POSE_SIZE)
+    return lambda: transform_initializer(vote_stddev, MATRIX_ROW_LENGTH)
 
 
 def pose_votes(matrices, kernel):
@@ -67,7 +98,11 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
         pose_shape: pair, the pose matrix shape, `(4, 4)`.
         kernel_initializer, bias_initializer: initializers of both
             convolutions' kernels (`W_pose`, `W_act`) and biases (`b_pose`,
-            `b_act`).
+            `b_act`); `None`, the default: poses start with elements of
+            standard deviation 0.2 whatever the inputs' scale (pose kernel
+            of variance `0.04 / fan_in`, pose bias of standard deviation
+            0.2), activation logits of unit variance (kernel of variance
+            `1 / fan_in`, zero bias); see `keras_capsules.initializers`.
         implementation: how the convolution is computed: `"conv"`,
             `"matmul"`, `"hybrid"`, `"space_to_depth"` or `"auto"` (the
             same numbers; see `keras_capsules.conv.resolve_implementation`).
@@ -105,8 +140,8 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
         strides=1,
         padding="valid",
         pose_shape=(4, 4),
-        kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
+        kernel_initializer=None,
+        bias_initializer=None,
         implementation="auto",
         kernel_regularizer=None,
         bias_regularizer=None,
@@ -124,14 +159,16 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
     def build(self, input_shape):
         self._check_images(input_shape)
         pose_filters = self.num_capsules * math.prod(self.pose_shape)
+        defaults = _primary_matrix_initializers()
         for name, filters in (("pose", pose_filters), ("activation", self.num_capsules)):
+            kernel_default, bias_default = defaults[name]
             setattr(self, f"{name}_kernel", self.add_weight(
                 name=f"{name}_kernel",
                 shape=(*self.kernel_size, input_shape[-1], filters),
-                **weight_options(self, "kernel"),
+                **weight_options(self, "kernel", kernel_default),
             ))
             setattr(self, f"{name}_bias", self.add_weight(
-                name=f"{name}_bias", shape=(filters,), **weight_options(self, "bias")
+                name=f"{name}_bias", shape=(filters,), **weight_options(self, "bias", bias_default)
             ))
 
     def call(self, inputs):
@@ -178,7 +215,11 @@ class ConvMatrixCapsule(WindowedCapsule):
         router: a router, or its name or config (`keras_capsules.routing.get`);
             default `EMRouting()`.
         kernel_initializer: initializer of `W`, shape `(kh, kw, types,
-            num_capsules, 4, 4)`.
+            num_capsules, 4, 4)`; `None`, the default: a truncated normal
+            that gives child poses with elements of standard deviation 0.2
+            (what `PrimaryMatrixCapsule` and EM routing start with) votes of
+            the router's `vote_stddev` (unit variance for EM), with `kh * kw
+            * types` children (`keras_capsules.initializers`).
         kernel_regularizer: regularizer of `W`, or `None`.
         kernel_constraint: constraint on `W`, or `None`.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
@@ -212,7 +253,7 @@ class ConvMatrixCapsule(WindowedCapsule):
         strides=1,
         padding="valid",
         router=None,
-        kernel_initializer="glorot_uniform",
+        kernel_initializer=None,
         kernel_regularizer=None,
         kernel_constraint=None,
         **kwargs,
@@ -227,6 +268,10 @@ class ConvMatrixCapsule(WindowedCapsule):
 
     def _kernel_shape(self, types, in_dim):
         return (*self.kernel_size, types, self.num_capsules, 4, 4)
+
+    def _default_kernel_initializer(self, types, in_dim):
+        children = math.prod(self.kernel_size) * types
+        return matrix_transform_initializer(self.router, children, self.num_capsules)
 
     def _out_dim(self, in_dim):
         return POSE_SIZE
@@ -271,7 +316,8 @@ class ClassMatrixCapsule(keras.layers.Layer):
         coordinate_addition: bool, add the scaled child coordinates to the
             votes.
         kernel_initializer: initializer of `W`, shape `(types, num_capsules,
-            4, 4)`.
+            4, 4)`; `None`, the default: as for `ConvMatrixCapsule`, with
+            `H * W * types` children.
         kernel_regularizer: regularizer of `W`, or `None`.
         kernel_constraint: constraint on `W`, or `None`.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
@@ -303,7 +349,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
         num_capsules=None,
         router=None,
         coordinate_addition=True,
-        kernel_initializer="glorot_uniform",
+        kernel_initializer=None,
         kernel_regularizer=None,
         kernel_constraint=None,
         **kwargs,
@@ -333,11 +379,12 @@ class ClassMatrixCapsule(keras.layers.Layer):
                 f"Received: poses.shape={poses_shape}"
             )
         height, width, types = poses_shape[1:4]
+        in_caps = height * width * types
         self.kernel = self.add_weight(
             name="kernel", shape=(types, self.num_capsules, 4, 4),
-            **weight_options(self, "kernel"),
+            **weight_options(self, "kernel", matrix_transform_initializer(
+                self.router, in_caps, self.num_capsules)),
         )
-        in_caps = height * width * types
         # See WindowedCapsule.build.
         build_router(self.router, (None, in_caps, self.num_capsules, POSE_SIZE), (None, in_caps))
 
