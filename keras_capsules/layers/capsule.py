@@ -52,7 +52,8 @@ class Capsule(keras.layers.Layer):
     asks for. For routers that sum votes with coefficients adding to 1 over
     the parents (dynamic, attention, inverted dot-product) that is
     `num_capsules / sqrt(in_caps * capsule_dim)`, so the parents' sums start
-    at length ~1 and the squashed parents at ~0.5; EM asks for unit-variance
+    at length ~1 and the squashed parents at ~0.5 (sparse attention caps it,
+    so that sparsemax starts near uniform); EM asks for unit-variance
     votes, self-routing (which averages them) for `0.5 * sqrt(in_caps /
     capsule_dim)` (`keras_capsules.initializers`). Keras's
     `glorot_uniform`, with its fan-in of `in_caps * num_capsules * in_dim`,

@@ -75,6 +75,24 @@ class SparseAttentionRouting(Router):
                 f"top_k={self.top_k} with votes.shape={tuple(votes_shape)}"
             )
 
+    def vote_stddev(self, children, parents, dim):
+        """The `Router` default, capped at `(2 * parents * sqrt(children))
+        ** -0.5`.
+
+        A child's agreement logits `u . sum_i u / sqrt(dim)` spread over
+        about `vote_stddev^2 * sqrt(children)` across the parents, and
+        sparsemax gives all its weight to one or two parents once that
+        spread reaches `1 / parents`: the parents then start as coherent
+        sums of the votes, near length 1, where the squash passes back
+        little gradient (measured: some seeds never left chance). The cap
+        keeps the spread at `1 / (2 * parents)`, where sparsemax starts
+        near uniform.
+        """
+        default = super().vote_stddev(children, parents, dim)
+        if children is None:
+            return default
+        return min(default, (2 * parents * children**0.5) ** -0.5)
+
     def route(self, votes, activations):
         del activations  # Sparse attention routing does not use them.
         dim = votes.shape[-1]
