@@ -30,7 +30,7 @@ passes gradients best:
   a standard deviation of ~`MATRIX_POSE_STDDEV` (0.2): `PrimaryMatrixCapsule`
   starts its poses there (pose kernel of variance `0.04 / fan_in`, pose
   bias of standard deviation 0.2, so even small inputs give such poses;
-  activation kernel of variance `1 / fan_in`, activations near 0.5), and EM
+  activations near 0.5 with Keras's `glorot_uniform`), and EM
   routing of unit-variance votes gives parent poses of about that spread.
   `ConvMatrixCapsule` and `ClassMatrixCapsule` draw `W` with
   `transform_initializer(vote_stddev, MATRIX_ROW_LENGTH)`, so the votes

@@ -25,6 +25,7 @@ from keras_capsules.layers._common import (
 from keras_capsules.layers.conv_capsule import WindowedCapsule
 from keras_capsules.layers.primary_capsule import PrimaryConvolution
 from keras_capsules.routing.em import EMRouting
+from keras_capsules.ops import compute_dtype_for
 from keras_capsules.validation import int_tuple, pop_renamed, positive_int, renamed_config
 
 
@@ -32,7 +33,7 @@ def _primary_matrix_initializers():
     """`PrimaryMatrixCapsule`'s default (kernel, bias) initializers per
     convolution: poses with elements of standard deviation
     `MATRIX_POSE_STDDEV`, also where the inputs are small (the bias), and
-    activation logits of unit variance for unit-scale inputs."""
+    Keras's `glorot_uniform` activation kernel (activations near 0.5)."""
     pose_variance = MATRIX_POSE_STDDEV**2
     return {
         "pose": (
@@ -40,8 +41,7 @@ def _primary_matrix_initializers():
             lambda: keras.initializers.RandomNormal(stddev=MATRIX_POSE_STDDEV),
         ),
         "activation": (
-            lambda: keras.initializers.VarianceScaling(1.0, "fan_in", "truncated_normal"),
-            lambda: keras.initializers.Zeros(),
+            lambda: keras.initializers.GlorotUniform(), lambda: keras.initializers.Zeros()
         ),
     }
 
@@ -54,9 +54,11 @@ def matrix_transform_initializer(router, children, parents):
     return lambda: transform_initializer(vote_stddev, MATRIX_ROW_LENGTH)
 
 
-def pose_votes(matrices, kernel):
+def pose_votes(matrices, kernel, dtype=None):
     """`votes[n, t, j] = matrices[n, t] @ kernel[t, j]` for `(n, t, 4, 4)`
-    matrices and a `(t, j, 4, 4)` kernel: `(n, t, j, 16)`, row-major.
+    matrices and a `(t, j, 4, 4)` kernel: `(n, t, j, 16)`, row-major, in
+    `dtype` (the layers pass the routing dtype: float32 under half
+    policies, where half-precision votes of large poses overflow).
 
     One matmul batched over `t`, `(t, n*4, 4) @ (t, 4, j*4)`, with
     transposes of at most 5 dimensions, not an einsum: tf2onnx's einsum
@@ -66,6 +68,8 @@ def pose_votes(matrices, kernel):
     exports too but is slower than the einsum on torch (it expands both
     operands).
     """
+    if dtype is not None:
+        matrices, kernel = ops.cast(matrices, dtype), ops.cast(kernel, dtype)
     types, out = kernel.shape[:2]
     a = ops.reshape(ops.transpose(matrices, (1, 0, 2, 3)), (types, -1, 4))
     b = ops.reshape(ops.transpose(kernel, (0, 2, 1, 3)), (types, 4, out * 4))
@@ -101,8 +105,8 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
             `b_act`); `None`, the default: poses start with elements of
             standard deviation 0.2 whatever the inputs' scale (pose kernel
             of variance `0.04 / fan_in`, pose bias of standard deviation
-            0.2), activation logits of unit variance (kernel of variance
-            `1 / fan_in`, zero bias); see `keras_capsules.initializers`.
+            0.2), and a `glorot_uniform` activation kernel with zero bias
+            (activations near 0.5); see `keras_capsules.initializers`.
         implementation: how the convolution is computed: `"conv"`,
             `"matmul"`, `"hybrid"`, `"space_to_depth"` or `"auto"` (the
             same numbers; see `keras_capsules.conv.resolve_implementation`).
@@ -280,7 +284,7 @@ class ConvMatrixCapsule(WindowedCapsule):
         k, types = windows.shape[1:3]
         matrices = ops.reshape(windows, (-1, k * types, 4, 4))
         kernel = ops.reshape(self.kernel, (k * types, self.num_capsules, 4, 4))
-        votes = pose_votes(matrices, kernel)
+        votes = pose_votes(matrices, kernel, compute_dtype_for(self.compute_dtype))
         return ops.reshape(votes, (-1, k * types, self.num_capsules, POSE_SIZE))
 
     def call(self, inputs):
@@ -391,7 +395,9 @@ class ClassMatrixCapsule(keras.layers.Layer):
     def call(self, inputs):
         poses, activations = inputs
         height, width, types = poses.shape[1:4]
-        votes = pose_votes(ops.reshape(poses, (-1, types, 4, 4)), self.kernel)
+        votes = pose_votes(
+            ops.reshape(poses, (-1, types, 4, 4)), self.kernel, compute_dtype_for(self.compute_dtype)
+        )
         votes = ops.reshape(votes, (-1, height, width, types, self.num_capsules, POSE_SIZE))
         if self.coordinate_addition:
             votes = votes + ops.convert_to_tensor(
