@@ -85,8 +85,8 @@ def make_optimizer(args, steps_per_epoch):
 def main(argv=None):
     return common.run(
         "cifar10_backbone_capsnet", __doc__.split("\n")[2], build_model, load_data,
-        make_optimizer, figures.capsule_figures(child_types=32), epochs=10, batch_size=64,
-        argv=argv, add_arguments=add_arguments,
+        make_optimizer, figures.capsule_figures(child_types=32, class_names=data.CIFAR10_CLASSES),
+        epochs=10, batch_size=64, argv=argv, add_arguments=add_arguments,
     )
 
 

@@ -174,6 +174,42 @@ class TrainingLog(keras.callbacks.Callback):
         self.file.close()
 
 
+class StepLog(keras.callbacks.Callback):
+    """Each training step's loss and accuracy, for the training curves.
+
+    Keras logs the mean over the epoch so far after each step; the value
+    of step k of an epoch is recovered from those means as
+    `k * mean_k - (k - 1) * mean_(k-1)`. That takes the batches to be of
+    one size: a smaller last batch of an epoch gets a value between its
+    own and the epoch's mean. `steps` counts the steps over all epochs,
+    `values[key]` lists their values, `epoch_ends` the step that ended
+    each epoch.
+    """
+
+    def __init__(self, keys=("loss", "accuracy")):
+        super().__init__()
+        self.keys = keys
+        self.steps, self.epoch_ends, self.values = [], [], {key: [] for key in keys}
+        self.in_epoch, self.means = 0, {}
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.in_epoch, self.means = 0, {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        self.in_epoch += 1
+        self.steps.append(len(self.steps) + 1)
+        k = self.in_epoch
+        for key in self.keys:
+            mean = float(logs[key]) if key in logs else math.nan
+            value = mean if k == 1 else k * mean - (k - 1) * self.means.get(key, math.nan)
+            self.values[key].append(value)
+            self.means[key] = mean
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch_ends.append(len(self.steps))
+
+
 class TimeBudget(keras.callbacks.Callback):
     """Stops `fit` after the first step that ends past `minutes` of training."""
 
@@ -263,8 +299,8 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
     -> (train, validation, test) tf.data datasets, `validation` the last
     `args.validation_fraction` of the training data with the test-time
     preprocessing (`None` when the fraction is 0); make_optimizer(args,
-    steps_per_epoch); figures(model, test_dataset, output_dir) writes extra
-    PNGs;
+    steps_per_epoch); figures(model, test_dataset, output_dir, args) writes
+    extra PNGs;
     add_arguments(parser) adds the example's own flags; callbacks(model, args,
     steps_per_epoch) -> extra `fit` callbacks; metrics: the compiled metrics,
     one named "accuracy" (default `["accuracy"]`).
@@ -310,9 +346,10 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             model.compile(optimizer=make_optimizer(args, steps or 1),
                           metrics=metrics or ["accuracy"], jit_compile=jit)
             throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)
+            step_log = StepLog()
             fit_callbacks = [
                 TrainingLog(os.path.join(output_dir, "training_log.csv")),
-                throughput,
+                throughput, step_log,
             ]
             if callbacks is not None:
                 fit_callbacks += callbacks(model, args, steps or 1)
@@ -332,9 +369,10 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             test_loss, test_accuracy = results["loss"], results["accuracy"]
             model_path = os.path.join(output_dir, "model.keras")
             model.save(model_path)
-            plot_history(history.history, os.path.join(output_dir, "training_curves.png"))
+            plot_history(history.history, os.path.join(output_dir, "training_curves.png"),
+                         step_log)
             if figures is not None:
-                figures(model, test, output_dir)
+                figures(model, test, output_dir, args)
     finally:
         keras.config.set_dtype_policy("float32")
     metrics = {

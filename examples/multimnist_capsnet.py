@@ -170,7 +170,7 @@ def plot_multimnist(model, images, labels, path):
     plt.close(fig)
 
 
-def figures(model, test, output_dir):
+def figures(model, test, output_dir, args=None):
     images, targets = next(iter(test))
     images, labels = np.asarray(images)[:8], np.asarray(targets["labels"])[:8]
     if model.reconstruction:

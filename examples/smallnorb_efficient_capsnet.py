@@ -47,7 +47,8 @@ def make_optimizer(args, steps_per_epoch):
 def main(argv=None):
     return common.run(
         "smallnorb_efficient_capsnet", __doc__.split("\n")[2], build_model, load_data,
-        make_optimizer, figures.capsule_figures(), epochs=100, batch_size=16, argv=argv,
+        make_optimizer, figures.capsule_figures(class_names=data.SMALLNORB_CLASSES), epochs=100,
+        batch_size=16, argv=argv,
         xla_on_cpu=True,  # measured faster on TF CPU for this model (common.py)
     )
 

@@ -341,6 +341,25 @@ def test_seed_makes_runs_repeatable(tmp_path):
     assert_validated(tmp_path / "7")
 
 
+def test_step_log_recovers_each_steps_value(tmp_path):
+    """Keras logs the epoch's mean so far after each step; StepLog gives
+    each step's own value, over epochs, and the curves plot them."""
+    log = example("common").StepLog(keys=("loss",))
+    for epoch, values in enumerate(([3.0, 1.0, 2.0], [5.0, 1.0])):
+        log.on_epoch_begin(epoch)
+        for k in range(1, len(values) + 1):
+            log.on_train_batch_end(k - 1, {"loss": np.float32(np.mean(values[:k]))})
+        log.on_epoch_end(epoch)
+    assert log.steps == [1, 2, 3, 4, 5] and log.epoch_ends == [3, 5]
+    np.testing.assert_allclose(log.values["loss"], [3.0, 1.0, 2.0, 5.0, 1.0], rtol=1e-6)
+    figures = example("figures")
+    np.testing.assert_allclose(figures.moving_average([1.0, 3.0, np.nan, 5.0], 2),
+                               [1.0, 2.0, 3.0, 5.0])
+    figures.plot_history({"loss": [2.0, 3.0], "val_loss": [1.5, 2.5], "accuracy": [0.5, 0.6]},
+                         tmp_path / "curves.png", log)
+    assert (tmp_path / "curves.png").stat().st_size > 0
+
+
 def test_validation_fraction_zero_trains_without_validation(tmp_path):
     metrics = tiny_run(tmp_path, "--validation-fraction", "0")
     assert list(read_log(tmp_path)) == ["epoch", "accuracy", "loss"]
