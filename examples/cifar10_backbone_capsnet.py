@@ -11,7 +11,8 @@ primary capsule types of dimension 8 (a 1x1 conv), 10 class capsules of
 dimension 16 routed by dynamic routing (or `--router`), margin loss, no
 decoder (add one with `--reconstruction`). Data: CIFAR-10 from TFDS with
 random flips and crops, resized to `--image-size` (default 64, where
-ResNet50 gives a 2x2 map). Optimiser: Adam (1e-3) decayed to 1e-4 over the
+ResNet50 gives a 2x2 map); the last 10 % of the training split
+(`--validation-fraction`) validates each epoch, unflipped and uncropped. Optimiser: Adam (1e-3) decayed to 1e-4 over the
 run.
 
     KERAS_BACKEND=jax python examples/cifar10_backbone_capsnet.py --backbone resnet50 --epochs 10
@@ -65,8 +66,14 @@ def build_model(args):
 
 
 def load_data(args, batch_size, drop_remainder=False):
-    return tuple(data.cifar10(split, batch_size, args.image_size, args.data_dir,
-                              drop_remainder=drop_remainder) for split in ("train", "test"))
+    train_split, validation_split = data.train_validation_splits(args.validation_fraction)
+
+    def load(split, training):
+        return data.cifar10(split, batch_size, args.image_size, args.data_dir,
+                            drop_remainder=drop_remainder, training=training)
+
+    validation = None if validation_split is None else load(validation_split, False)
+    return load(train_split, True), validation, load("test", False)
 
 
 def make_optimizer(args, steps_per_epoch):
@@ -78,8 +85,8 @@ def make_optimizer(args, steps_per_epoch):
 def main(argv=None):
     return common.run(
         "cifar10_backbone_capsnet", __doc__.split("\n")[2], build_model, load_data,
-        make_optimizer, figures.capsule_figures(child_types=32), epochs=10, batch_size=64,
-        argv=argv, add_arguments=add_arguments,
+        make_optimizer, figures.capsule_figures(child_types=32, class_names=data.CIFAR10_CLASSES),
+        epochs=10, batch_size=64, argv=argv, add_arguments=add_arguments,
     )
 
 

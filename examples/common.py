@@ -2,12 +2,15 @@
 
 Each example defines its model, data and optimiser and calls `run(...)`,
 which parses the common flags, sets the dtype policy and the distribution,
-trains with `model.fit`, evaluates on the test split once, after training
-(nothing is validated or selected on it), and writes `training_log.csv`, `metrics.json`, `model.keras` and PNG figures.
+trains with `model.fit`, validating each epoch on the share of the training
+data that `--validation-fraction` holds out, evaluates on the test split
+once, after training (nothing is selected on it), and writes
+`training_log.csv`, `metrics.json`, `model.keras` and PNG figures.
 """
 
 import argparse
 import contextlib
+import csv
 import json
 import math
 import os
@@ -22,6 +25,10 @@ from keras_capsules.conv import YNN_CONVOLUTIONS_OFF
 MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
 SMOKE_BATCH_SIZE = 4
 SMOKE_STEPS = 2
+# Fake examples per split of a --smoke run: the default 10 % validation
+# share of them is one whole smoke batch.
+SMOKE_EXAMPLES = 40
+VALIDATION_FRACTION = 0.1
 
 
 def parse_args(description, epochs, batch_size, routers=True, argv=None,
@@ -50,6 +57,12 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None,
                              "jitted JAX; TF: XLA for CapsNet and Efficient-CapsNet, else "
                              "only with a GPU; torch: torch.compile for CapsNet runs of "
                              f"{TORCH_COMPILE_MIN_IMAGES:,}+ training images, else eager")
+    parser.add_argument("--validation-fraction", type=float, default=VALIDATION_FRACTION,
+                        metavar="F",
+                        help="share of the training data held out as validation data, "
+                             "evaluated after each epoch with the test-time preprocessing "
+                             "(val_* columns of training_log.csv); 0: no validation "
+                             f"(default: {VALIDATION_FRACTION})")
     parser.add_argument("--steps-per-epoch", type=int, default=None,
                         help="limit the steps of each epoch (default: the whole split)")
     parser.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
@@ -64,12 +77,15 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None,
                              "or 0), each in OUTPUT_DIR/seed_<seed>; metrics.json gets the "
                              "mean and std of their test accuracies")
     parser.add_argument("--smoke", action="store_true",
-                        help=f"{SMOKE_STEPS} steps on tfds.testing.mock_data (for tests)")
+                        help=f"{SMOKE_STEPS} steps on fake TFDS data (data.mock_data; for tests)")
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1. Received: --seeds {args.seeds}")
+    if not 0 <= args.validation_fraction < 1:
+        parser.error("--validation-fraction must be in [0, 1). Received: "
+                     f"--validation-fraction {args.validation_fraction}")
     if args.smoke:
         args.epochs, args.batch_size = 1, SMOKE_BATCH_SIZE
         args.steps_per_epoch = SMOKE_STEPS
@@ -102,19 +118,26 @@ def distribution_scope(enabled):
 
 
 class Throughput(keras.callbacks.Callback):
-    """Training images per second after the first `warmup` steps (compilation)."""
+    """Training images per second after the first `warmup` steps (compilation).
+
+    Counts the time of the training steps of each epoch, not the
+    validation after it.
+    """
 
     def __init__(self, batch_size, warmup=3):
         super().__init__()
         self.batch_size, self.warmup = batch_size, warmup
-        self.steps, self.start, self.seconds = 0, None, 0.0
+        self.steps, self.last, self.seconds = 0, None, 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.last = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
         self.steps += 1
-        if self.steps == self.warmup:
-            self.start = time.perf_counter()
-        elif self.steps > self.warmup:
-            self.seconds = time.perf_counter() - self.start
+        if self.steps > self.warmup:
+            self.seconds += now - self.last
+        self.last = now
 
     @property
     def images_per_second(self):
@@ -122,6 +145,69 @@ class Throughput(keras.callbacks.Callback):
         if counted <= 0 or self.seconds <= 0:
             return None
         return counted * self.batch_size / self.seconds
+
+
+class TrainingLog(keras.callbacks.Callback):
+    """`training_log.csv`: a row per epoch, a column per value of `fit`'s epoch logs.
+
+    Unlike `keras.callbacks.CSVLogger`, adds no empty `val_*` columns to a
+    run without validation data.
+    """
+
+    def __init__(self, path):
+        super().__init__()
+        self.path, self.file, self.writer = path, None, None
+
+    def on_train_begin(self, logs=None):
+        self.file, self.writer = open(self.path, "w", newline=""), None
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        if self.writer is None:
+            self.writer = csv.DictWriter(self.file, ["epoch", *sorted(logs)], restval="NA",
+                                         extrasaction="ignore")
+            self.writer.writeheader()
+        self.writer.writerow({"epoch": epoch, **logs})
+        self.file.flush()
+
+    def on_train_end(self, logs=None):
+        self.file.close()
+
+
+class StepLog(keras.callbacks.Callback):
+    """Each training step's loss and accuracy, for the training curves.
+
+    Keras logs the mean over the epoch so far after each step; the value
+    of step k of an epoch is recovered from those means as
+    `k * mean_k - (k - 1) * mean_(k-1)`. That takes the batches to be of
+    one size: a smaller last batch of an epoch gets a value between its
+    own and the epoch's mean. `steps` counts the steps over all epochs,
+    `values[key]` lists their values, `epoch_ends` the step that ended
+    each epoch.
+    """
+
+    def __init__(self, keys=("loss", "accuracy")):
+        super().__init__()
+        self.keys = keys
+        self.steps, self.epoch_ends, self.values = [], [], {key: [] for key in keys}
+        self.in_epoch, self.means = 0, {}
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.in_epoch, self.means = 0, {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        self.in_epoch += 1
+        self.steps.append(len(self.steps) + 1)
+        k = self.in_epoch
+        for key in self.keys:
+            mean = float(logs[key]) if key in logs else math.nan
+            value = mean if k == 1 else k * mean - (k - 1) * self.means.get(key, math.nan)
+            self.values[key].append(value)
+            self.means[key] = mean
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch_ends.append(len(self.steps))
 
 
 class TimeBudget(keras.callbacks.Callback):
@@ -210,8 +296,11 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
     """Trains, evaluates and reports one example; returns the metrics dict.
 
     build_model(args) -> keras.Model; load_data(args, batch_size, drop_remainder)
-    -> (train, test) tf.data datasets; make_optimizer(args, steps_per_epoch);
-    figures(model, test_dataset, output_dir) writes extra PNGs;
+    -> (train, validation, test) tf.data datasets, `validation` the last
+    `args.validation_fraction` of the training data with the test-time
+    preprocessing (`None` when the fraction is 0); make_optimizer(args,
+    steps_per_epoch); figures(model, test_dataset, output_dir, args) writes
+    extra PNGs;
     add_arguments(parser) adds the example's own flags; callbacks(model, args,
     steps_per_epoch) -> extra `fit` callbacks; metrics: the compiled metrics,
     one named "accuracy" (default `["accuracy"]`).
@@ -232,16 +321,21 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
     keras.config.set_dtype_policy(args.mixed_precision)
     mock = contextlib.nullcontext()
     if args.smoke:
-        import tensorflow_datasets as tfds
+        import data  # TFDS (and TensorFlow) only for the smoke runs' fake data.
 
-        mock = tfds.testing.mock_data(num_examples=SMOKE_BATCH_SIZE * SMOKE_STEPS * 2)
+        mock = data.mock_data(SMOKE_EXAMPLES)
     try:
         with mock, distribution_scope(args.distribute) as cluster:
             replicas = cluster.replicas
             if not cluster.is_chief:  # Every process writes; process 0 to --output-dir.
                 output_dir = os.path.join(output_dir, f"process{cluster.process_id}")
                 os.makedirs(output_dir, exist_ok=True)
-            train, test = load_data(args, args.batch_size, drop_remainder=replicas > 1)
+            train, validation, test = load_data(args, args.batch_size,
+                                                drop_remainder=replicas > 1)
+            if validation is not None and int(validation.cardinality()) == 0:
+                raise SystemExit(
+                    f"--validation-fraction {args.validation_fraction} holds out less than "
+                    f"one batch of {args.batch_size}: raise it, or pass 0 for no validation.")
             steps = args.steps_per_epoch or steps_in(train)
             model = build_model(args)
             # Keras's "auto" keeps XLA off under tf.distribute; so do we.
@@ -252,9 +346,10 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             model.compile(optimizer=make_optimizer(args, steps or 1),
                           metrics=metrics or ["accuracy"], jit_compile=jit)
             throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)
+            step_log = StepLog()
             fit_callbacks = [
-                keras.callbacks.CSVLogger(os.path.join(output_dir, "training_log.csv")),
-                throughput,
+                TrainingLog(os.path.join(output_dir, "training_log.csv")),
+                throughput, step_log,
             ]
             if callbacks is not None:
                 fit_callbacks += callbacks(model, args, steps or 1)
@@ -264,7 +359,8 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             start = time.perf_counter()
             history = distribute.fit(
                 model, train, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
-                callbacks=fit_callbacks, verbose=2 if args.smoke else "auto",
+                callbacks=fit_callbacks, validation_data=validation,
+                verbose=2 if args.smoke else "auto",
             )
             train_seconds = time.perf_counter() - start
             results = distribute.evaluate(
@@ -273,9 +369,10 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             test_loss, test_accuracy = results["loss"], results["accuracy"]
             model_path = os.path.join(output_dir, "model.keras")
             model.save(model_path)
-            plot_history(history.history, os.path.join(output_dir, "training_curves.png"))
+            plot_history(history.history, os.path.join(output_dir, "training_curves.png"),
+                         step_log)
             if figures is not None:
-                figures(model, test, output_dir)
+                figures(model, test, output_dir, args)
     finally:
         keras.config.set_dtype_policy("float32")
     metrics = {
@@ -285,6 +382,10 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
         "epochs": args.epochs,
         "batch_size": args.batch_size,
         "steps_per_epoch": steps,
+        "validation_fraction": args.validation_fraction,
+        # The last epoch's validation results (None without validation).
+        "validation_accuracy": last(history.history.get("val_accuracy")),
+        "validation_loss": last(history.history.get("val_loss")),
         "test_accuracy": float(test_accuracy),
         "test_loss": float(test_loss),
         "parameters": int(model.count_params()),
@@ -311,8 +412,12 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
     return metrics
 
 
+def last(values):
+    return float(values[-1]) if values else None
+
+
 PER_RUN = ("test_accuracy", "test_loss", "images_per_second", "train_seconds", "seed", "command",
-           "trained_steps", "stopped_by_time_budget")
+           "trained_steps", "stopped_by_time_budget", "validation_accuracy", "validation_loss")
 
 
 def run_seeds(call, args, output_dir):

@@ -1,13 +1,17 @@
-"""tf.data input pipelines for the examples (MNIST and smallNORB from TFDS).
+"""tf.data input pipelines for the examples (MNIST, smallNORB, CIFAR-10 from TFDS).
 
 `model.fit` consumes these `tf.data.Dataset`s of `(image, label)` batches on
 TensorFlow, PyTorch and JAX. Kept out of `keras_capsules`, which imports no
-TensorFlow.
+TensorFlow. `train_validation_splits` holds a share of a training split out
+as validation data; `mock_data` is the fake TFDS of the `--smoke` runs.
 """
 
+import contextlib
+import functools
 import math
 import os
 import socket
+import types
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -84,6 +88,72 @@ def load_split(name, split, data_dir=None, download=True):
         raise _unavailable(name, split, data_dir, error) from error
 
 
+def train_validation_splits(fraction, split="train"):
+    """TFDS split strings of a training split and of its validation share.
+
+    The last `fraction` of `split` is the validation data, the rest trains:
+    `train_validation_splits(0.1)` is `("train[:90%]", "train[90%:]")`.
+    Both slices end at the same boundary, so TFDS gives them disjoint
+    examples that together make up the whole split (it rounds the
+    boundary to the closest example). `fraction=0`: `(split, None)`, no
+    validation.
+    """
+    if not 0 <= fraction < 1:
+        raise ValueError(f"fraction must be in [0, 1). Received: fraction={fraction}")
+    if fraction == 0:
+        return split, None
+    boundary = f"{100 * (1 - fraction):.10g}%"
+    return f"{split}[:{boundary}]", f"{split}[{boundary}:]"
+
+
+class _EverySplit(dict):
+    """Split infos that give every split name `num_examples` examples."""
+
+    def __init__(self, num_examples):
+        super().__init__()
+        self.num_examples = num_examples
+
+    def __contains__(self, name):
+        return True
+
+    def __getitem__(self, name):
+        return types.SimpleNamespace(num_examples=self.num_examples,
+                                     shard_lengths=[self.num_examples])
+
+
+def _slices(ds, split, num_examples):
+    """The examples of `split` (`"train[:90%]"`, ...) in `ds`, one split of `num_examples`."""
+    parts = []
+    for part in tfds.core.ReadInstruction.from_spec(split).to_absolute(_EverySplit(num_examples)):
+        start, stop = part.from_ or 0, num_examples if part.to is None else part.to
+        parts.append(ds.skip(start).take(stop - start))
+    return functools.reduce(lambda a, b: a.concatenate(b), parts)
+
+
+@contextlib.contextmanager
+def mock_data(num_examples):
+    """`tfds.testing.mock_data` in which split slices select their own examples.
+
+    TFDS's mock gives the same `num_examples` fake examples for every split
+    string, so `"train[:90%]"` and `"train[90%:]"` would be the same
+    examples. Here every split has `num_examples` examples and a slice
+    reads its part of them, the part TFDS's own split arithmetic gives
+    (`tfds.core.ReadInstruction.from_spec(split).to_absolute(...)`, as when
+    it reads a prepared dataset), so a mocked training slice and its
+    validation slice are disjoint as they are on real data. The fake
+    examples are the same in every split: `"test"` repeats `"train"`.
+    """
+    with tfds.testing.mock_data(num_examples=num_examples):
+        # The mock's reader of fake examples, which ignores the slice.
+        fake = tfds.core.dataset_builder.FileReaderBuilder._as_dataset
+
+        def sliced(builder, split, **kwargs):
+            return _slices(fake(builder, split, **kwargs), split, num_examples)
+
+        with tfds.testing.mock_data(num_examples=num_examples, as_dataset_fn=sliced):
+            yield
+
+
 def _finish(ds, batch_size, training, shuffle_buffer, drop_remainder=False):
     if training:
         ds = ds.shuffle(shuffle_buffer, reshuffle_each_iteration=True)
@@ -144,10 +214,11 @@ def mnist(split, batch_size, augment=None, data_dir=None, download=True,
           shuffle_buffer=10_000, drop_remainder=False, shuffle=None):
     """MNIST `(image in [0, 1], integer label)` batches.
 
-    split: a TFDS split, slices too (`"train[:4096]"`).
+    split: a TFDS split, slices too (`"train[:4096]"`, `"train[:90%]"`).
     augment: `None`, `"capsnet"` (random shift up to 2 px, Sabour et al.)
     or `"efficient_capsnet"` (random rotation, shift up to 2 px and a
-    random 4x4 erase, after Mazzia et al.'s code). Only for `split="train"`.
+    random 4x4 erase, after Mazzia et al.'s code). Only for training data:
+    validation and test data take `None`.
     shuffle: shuffle each epoch (default: when augmenting, i.e. training).
     """
     if augment not in (None, "capsnet", "efficient_capsnet"):
@@ -193,7 +264,8 @@ def smallnorb(split, batch_size, training=None, data_dir=None, download=True,
 
     Hinton et al. (2018): 48x48, then a random 32x32 crop with random
     brightness and contrast for training, the centre crop for testing,
-    per-image standardisation. `training` defaults to `split == "train"`.
+    per-image standardisation. `training` (the random crop and colour
+    changes, shuffled) defaults to `split == "train"`; pass it for slices.
     """
     training = split == "train" if training is None else training
     ds = load_split("smallnorb", split, data_dir, download).map(_smallnorb_pair, AUTOTUNE)
@@ -201,10 +273,21 @@ def smallnorb(split, batch_size, training=None, data_dir=None, download=True,
     return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
 
 
-def smallnorb_train_test(args, batch_size, drop_remainder=False):
-    """The examples' `load_data` for smallNORB: (train, test) batches."""
-    return tuple(smallnorb(split, batch_size, data_dir=args.data_dir, drop_remainder=drop_remainder)
-                 for split in ("train", "test"))
+def smallnorb_splits(args, batch_size, drop_remainder=False):
+    """The examples' `load_data` for smallNORB: (train, validation, test) batches.
+
+    The validation data, the last `args.validation_fraction` of the
+    training split (`None` at 0), is prepared like the test data (centre
+    crop, no shuffle).
+    """
+    train_split, validation_split = train_validation_splits(args.validation_fraction)
+
+    def load(split, training):
+        return smallnorb(split, batch_size, training, args.data_dir,
+                         drop_remainder=drop_remainder)
+
+    validation = None if validation_split is None else load(validation_split, False)
+    return load(train_split, True), validation, load("test", False)
 
 
 # ------------------------------------------------------------- MultiMNIST
@@ -292,14 +375,15 @@ CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer",
 
 
 def cifar10(split, batch_size, image_size=32, data_dir=None, download=True,
-            shuffle_buffer=10_000, drop_remainder=False):
+            shuffle_buffer=10_000, drop_remainder=False, training=None):
     """CIFAR-10 `(RGB image in [0, 1], label)` batches, resized to `image_size`.
 
-    Training (`split="train"`): random horizontal flip and a random crop
-    of the image padded by 4 px (the usual CIFAR augmentation), then the
-    resize (bilinear; none at 32).
+    Training (`training`, default `split == "train"`; pass it for slices):
+    shuffled, random horizontal flip and a random crop of the image padded
+    by 4 px (the usual CIFAR augmentation), then the resize (bilinear; none
+    at 32).
     """
-    training = split == "train"
+    training = split == "train" if training is None else training
 
     def prepare(example):
         image = tf.cast(example["image"], tf.float32) / 255.0

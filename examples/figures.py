@@ -6,22 +6,72 @@ matplotlib.use("Agg")  # Scripts run headless.
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+DIGITS = tuple(str(digit) for digit in range(10))  # MNIST's class names
 
 
-def plot_history(history, path):
-    """Loss and accuracy per epoch (and validation ones, when `history` has them)."""
+def moving_average(values, window):
+    """Means of the last `window` values (fewer at the start), NaNs skipped."""
+    values = np.asarray(values, dtype="float64")
+    known = np.isfinite(values)
+    sums = np.cumsum(np.where(known, values, 0.0))
+    counts = np.cumsum(known)
+    sums[window:] = sums[window:] - sums[:-window]
+    counts[window:] = counts[window:] - counts[:-window]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sums / counts
+
+
+def plot_history(history, path, step_log=None):
+    """Loss and accuracy against the training step, with the validation results.
+
+    history: `fit`'s `History.history` (per epoch; `val_*` with validation
+    data). step_log: a `common.StepLog` of the same run: then each step's
+    value is drawn, with their moving average over about a fiftieth of the
+    run, so one epoch is a curve too; without it the x axis counts epochs.
+    Markers: each epoch's training result (its mean) and, when there is
+    one, its validation result, at the step that ended the epoch.
+    """
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    epochs = len(history.get("loss", []))
+    per_step = step_log is not None and len(step_log.steps) > 0
+    ends = step_log.epoch_ends[:epochs] if per_step else list(range(1, epochs + 1))
     for ax, key in zip(axes, ("loss", "accuracy")):
-        for prefix, style in (("", "-o"), ("val_", "--o")):
-            if prefix + key in history:
-                values = history[prefix + key]
-                ax.plot(range(1, len(values) + 1), values, style, label=prefix + key)
-        ax.set_xlabel("epoch")
+        if per_step and key in step_log.values:
+            values = step_log.values[key]
+            window = max(1, round(len(values) / 50))
+            if window > 1:
+                ax.plot(step_log.steps, values, "-", color="tab:blue", linewidth=0.6,
+                        alpha=0.35, label="training, each step")
+            else:  # few steps: each one marked
+                ax.plot(step_log.steps, values, ".-", color="tab:blue", linewidth=1,
+                        label="training, each step")
+            if window > 1:
+                ax.plot(step_log.steps, moving_average(values, window), "-",
+                        color="tab:blue", linewidth=1.5,
+                        label=f"training, mean of {window} steps")
+        for prefix, style, color, label in (
+                ("", "o", "tab:blue", "training, epoch mean"),
+                ("val_", "s--", "tab:orange", "validation, after each epoch")):
+            values = history.get(prefix + key)
+            if values:
+                ax.plot(ends[:len(values)], values, style, color=color, label=label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("training step" if per_step else "epoch")
         ax.set_title(key)
-        ax.legend()
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _name(class_names, index):
+    index = int(index)
+    if class_names is not None and 0 <= index < len(class_names):
+        return str(class_names[index])
+    return str(index)
 
 
 def _show(ax, image):
@@ -36,9 +86,10 @@ def _show(ax, image):
     ax.set_yticks([])
 
 
-def plot_reconstructions(model, images, labels, path):
+def plot_reconstructions(model, images, labels, path, class_names=None):
     """Test images (top row) and their reconstructions from the longest
-    capsule; returns the images' class-capsule poses."""
+    capsule, titled with the true and the predicted class (`class_names`,
+    else the class ids); returns the images' class-capsule poses."""
     # One batch shape for every model call here: eager JAX compiles each op
     # once per shape (a second shape doubled a CapsNet smoke run's figures).
     poses = ops.convert_to_numpy(model.encode(ops.convert_to_tensor(images), training=False))
@@ -47,20 +98,25 @@ def plot_reconstructions(model, images, labels, path):
     # the longest capsule kept, the others zeroed, decoded.
     longest = np.eye(poses.shape[1], dtype=poses.dtype)[predictions][..., None]
     decoded = ops.convert_to_numpy(model.decode(poses * longest))
-    fig, axes = plt.subplots(2, len(images), figsize=(1.5 * len(images), 3.4), squeeze=False)
+    # At least 6 inches wide: room for the title above few images.
+    fig, axes = plt.subplots(2, len(images), figsize=(max(1.5 * len(images), 6.0), 3.4),
+                             squeeze=False)
     for k in range(len(images)):
         _show(axes[0, k], images[k])
         # One title per column: a title on the lower row overlaps the upper.
-        axes[0, k].set_title(f"label {labels[k]}, pred {predictions[k]}", fontsize=8)
+        axes[0, k].set_title(f"true {_name(class_names, labels[k])}\n"
+                             f"pred {_name(class_names, predictions[k])}", fontsize=8)
         _show(axes[1, k], decoded[k])
-    fig.suptitle("Input (top) and reconstruction from the longest capsule (bottom)")
+    fig.suptitle("Input (top) and reconstruction from the longest capsule (bottom)",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return poses
 
 
-def plot_perturbations(model, poses, path, steps=np.linspace(-0.25, 0.25, 11)):
+def plot_perturbations(model, poses, path, steps=np.linspace(-0.25, 0.25, 11),
+                       class_names=None):
     """Sabour et al. Fig. 4: tweak each dimension of the winning capsule, decode.
 
     `poses`: one image's class-capsule poses `(num_classes, dim)`. Row d
@@ -94,47 +150,63 @@ def plot_perturbations(model, poses, path, steps=np.linspace(-0.25, 0.25, 11)):
                   [f"dim {d}" for d in range(dims)], fontsize=6)
     ax.set_xticks([s * (width + 1) + width / 2 for s in range(len(steps))],
                   [f"{step:+.2f}" for step in steps], fontsize=6)
-    ax.set_title(f"Perturbing each dimension of capsule {winner}")
+    ax.set_xlabel("added to the dimension", fontsize=8)
+    ax.set_title(f"Perturbing each dimension of the {_name(class_names, winner)!r} capsule",
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def plot_routing(model, images, labels, path, child_types=None):
+def plot_routing(model, images, labels, path, child_types=None, class_names=None):
     """Mean coupling coefficients from child capsules to each class capsule.
 
     With `child_types` (capsule types per position, e.g. 32 for CapsNet)
     the children are averaged over positions, so rows are capsule types.
-    Columns: classes; averaged over the images given.
+    Columns: the class capsules, named by `class_names` (else their ids);
+    averaged over the images given.
     """
     coefficients = ops.convert_to_numpy(model.routing_coefficients(images)).astype("float32")
     mean = coefficients.mean(axis=0)
     if child_types:
         mean = mean.reshape(-1, child_types, mean.shape[-1]).mean(axis=0)
-    fig, ax = plt.subplots(figsize=(6, max(3.0, mean.shape[0] * 0.18)))
-    im = ax.imshow(mean, aspect="auto", cmap="viridis")
+    children, classes = mean.shape
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * classes + 2),
+                                    min(max(3.0, children * 0.18), 12.0)))
+    im = ax.imshow(mean, aspect="auto", cmap="viridis", interpolation="nearest")
+    names = [_name(class_names, c) for c in range(classes)]
+    ax.set_xticks(range(classes), names, rotation=45 if max(map(len, names)) > 2 else 0,
+                  ha="right" if max(map(len, names)) > 2 else "center")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("class capsule")
     ax.set_ylabel("child capsule type" if child_types else "child capsule")
     ax.set_title(f"Mean routing coefficients over {len(images)} test images")
-    fig.colorbar(im, ax=ax)
+    fig.colorbar(im, ax=ax, label="coupling coefficient (child to class)")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")  # with the colour bar's label
     plt.close(fig)
 
 
-def capsule_figures(child_types=None):
+def capsule_figures(child_types=None, class_names=None):
     """The `figures` hook of the capsule examples: reconstructions,
-    perturbations (models with a decoder) and routing heat map."""
+    perturbations (models with a decoder) and routing heat map.
 
-    def figures(model, test, output_dir):
+    class_names: the names of the class ids, or `None` for the
+    `class_names` the example's `load_data` set on `args` (else ids).
+    """
+
+    def figures(model, test, output_dir, args=None):
         import os
 
+        names = class_names if class_names is not None else getattr(args, "class_names", None)
         images, labels = next(iter(test))
         images, labels = np.asarray(images)[:8], np.asarray(labels)[:8]
         if getattr(model, "reconstruction", False):
             poses = plot_reconstructions(model, images, labels,
-                                         os.path.join(output_dir, "reconstructions.png"))
-            plot_perturbations(model, poses[0], os.path.join(output_dir, "perturbations.png"))
-        plot_routing(model, images, labels, os.path.join(output_dir, "routing.png"), child_types)
+                                         os.path.join(output_dir, "reconstructions.png"), names)
+            plot_perturbations(model, poses[0], os.path.join(output_dir, "perturbations.png"),
+                               class_names=names)
+        plot_routing(model, images, labels, os.path.join(output_dir, "routing.png"), child_types,
+                     names)
 
     return figures

@@ -20,7 +20,9 @@ CapsNet after far longer training on 60M generated pairs.
 `--model capsnet` (Sabour et al., 36x36 input) or `efficient`
 (Efficient-CapsNet, Mazzia et al. 2021). The test set is fixed (pairs and
 shifts from a stateless RNG with seed 0), the training pairs change every
-epoch. Writes training_log.csv, metrics.json, model.keras, training curves,
+epoch. The validation pairs are made the same way as the test pairs from
+the last 10 % of MNIST's training split (`--validation-fraction`), which
+the training pairs do not use. Writes training_log.csv, metrics.json, model.keras, training curves,
 and multimnist.png: each input, the reconstructions of the two predicted
 capsules in red and green, and the predicted pair.
 """
@@ -120,10 +122,14 @@ def build_model(args):
 
 
 def load_data(args, batch_size, drop_remainder=False):
-    train = data.multimnist("train", batch_size, args.data_dir, drop_remainder=drop_remainder)
-    test = data.multimnist("test", batch_size, args.data_dir, seed=0,
-                           drop_remainder=drop_remainder)
-    return train, test
+    train_split, validation_split = data.train_validation_splits(args.validation_fraction)
+    train = data.multimnist(train_split, batch_size, args.data_dir,
+                            drop_remainder=drop_remainder)
+    validation, test = (
+        None if split is None else data.multimnist(split, batch_size, args.data_dir, seed=0,
+                                                   drop_remainder=drop_remainder)
+        for split in (validation_split, "test"))
+    return train, validation, test
 
 
 def make_optimizer(args, steps_per_epoch):
@@ -164,7 +170,7 @@ def plot_multimnist(model, images, labels, path):
     plt.close(fig)
 
 
-def figures(model, test, output_dir):
+def figures(model, test, output_dir, args=None):
     images, targets = next(iter(test))
     images, labels = np.asarray(images)[:8], np.asarray(targets["labels"])[:8]
     if model.reconstruction:

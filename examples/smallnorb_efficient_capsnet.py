@@ -7,7 +7,8 @@ smallNORB (TFDS `smallnorb`): 5 toy categories photographed by a stereo
 camera pair; both images become the 2 channels of the input. Following
 Hinton et al. (2018), images are resized to 48x48, randomly cropped to
 32x32 with random brightness and contrast for training (centre crop for
-testing) and standardised per image. The model is
+testing, and for the validation data: the last 10 % of the training split,
+`--validation-fraction`) and standardised per image. The model is
 `keras_capsules.models.EfficientCapsNet((32, 32, 2), 5)` with a linear
 decoder output (the inputs are standardised, not in [0, 1]). Optimiser:
 Adam (5e-4), learning rate x 0.97 each epoch, batch 16.
@@ -33,7 +34,7 @@ def build_model(args):
     )
 
 
-load_data = data.smallnorb_train_test
+load_data = data.smallnorb_splits
 
 
 def make_optimizer(args, steps_per_epoch):
@@ -46,7 +47,8 @@ def make_optimizer(args, steps_per_epoch):
 def main(argv=None):
     return common.run(
         "smallnorb_efficient_capsnet", __doc__.split("\n")[2], build_model, load_data,
-        make_optimizer, figures.capsule_figures(), epochs=100, batch_size=16, argv=argv,
+        make_optimizer, figures.capsule_figures(class_names=data.SMALLNORB_CLASSES), epochs=100,
+        batch_size=16, argv=argv,
         xla_on_cpu=True,  # measured faster on TF CPU for this model (common.py)
     )
 

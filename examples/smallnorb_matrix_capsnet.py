@@ -7,7 +7,8 @@ smallNORB (TFDS `smallnorb`): 5 toy categories photographed by a stereo
 camera pair; both images become the 2 channels of the input, resized to
 48x48, randomly cropped to 32x32 with random brightness and contrast for
 training (centre crop for testing) and standardised per image (the paper's
-preparation). The model is `keras_capsules.models.MatrixCapsNet` with the
+preparation). The last 10 % of the training split (`--validation-fraction`)
+validates each epoch, centre-cropped. The model is `keras_capsules.models.MatrixCapsNet` with the
 paper's A = B = C = D = 32 (317,194 parameters): a 5x5 stride-2 ReLU conv,
 primary matrix capsules, two convolutional capsule layers and class
 capsules with coordinate addition, all routed by EM routing (3 iterations).
@@ -59,7 +60,7 @@ def build_model(args):
     )
 
 
-load_data = data.smallnorb_train_test
+load_data = data.smallnorb_splits
 
 
 def make_optimizer(args, steps_per_epoch):

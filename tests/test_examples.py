@@ -1,7 +1,9 @@
 """The example scripts: --smoke end to end, --distribute, the data pipelines."""
 
+import csv
 import importlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -41,6 +43,23 @@ def read_metrics(output_dir):
         return json.load(f)
 
 
+def read_log(output_dir):
+    """training_log.csv as {column: [values per epoch]}."""
+    with open(os.path.join(output_dir, "training_log.csv")) as f:
+        rows = list(csv.DictReader(f))
+    return {key: [row[key] for row in rows] for key in rows[0]}
+
+
+def assert_validated(output_dir):
+    """Every epoch has finite validation results, also in metrics.json."""
+    log = read_log(output_dir)
+    for key in ("val_loss", "val_accuracy"):
+        assert log[key] and all(math.isfinite(float(v)) for v in log[key]), (key, log)
+    metrics = read_metrics(output_dir)
+    assert metrics["validation_accuracy"] == float(log["val_accuracy"][-1])
+    assert 0 <= metrics["validation_accuracy"] <= 1
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_smoke_run_writes_every_output(name, tmp_path):
     # XLA-compiling the full-size models costs minutes on TF; every layer's
@@ -54,6 +73,8 @@ def test_smoke_run_writes_every_output(name, tmp_path):
     assert metrics["backend"] == BACKEND and metrics["steps_per_epoch"] == 2
     assert np.isfinite(metrics["test_loss"]) and 0 <= metrics["test_accuracy"] <= 1
     assert metrics["parameters"] > 0 and metrics["images_per_second"] > 0
+    assert metrics["validation_fraction"] == 0.1
+    assert_validated(tmp_path)
 
 
 def run_script(args, env_extra, prelude=""):
@@ -90,6 +111,7 @@ def test_distribute_on_two_virtual_cpu_devices(tmp_path):
     metrics = read_metrics(tmp_path)
     assert metrics["replicas"] == 2 and metrics["distribute"]
     assert np.isfinite(metrics["test_loss"])
+    assert_validated(tmp_path)
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="the torch message only")
@@ -111,6 +133,46 @@ def test_router_flag_lists_library_routers():
     assert args.router == "self_attention"
     with pytest.raises(SystemExit):
         example("common").parse_args("test", 1, 1, argv=["--router", "dynamo"])
+
+
+def test_validation_fraction_flag_and_splits():
+    common, data = example("common"), example("data")
+    assert common.parse_args("test", 1, 1, argv=[]).validation_fraction == 0.1
+    for bad in ("1", "-0.1"):
+        with pytest.raises(SystemExit):
+            common.parse_args("test", 1, 1, argv=["--validation-fraction", bad])
+    assert data.train_validation_splits(0.1) == ("train[:90%]", "train[90%:]")
+    assert data.train_validation_splits(0.15) == ("train[:85%]", "train[85%:]")
+    assert data.train_validation_splits(0) == ("train", None)
+
+
+def images_of(split, data_dir=None):
+    data = example("data")
+    return [np.asarray(example["image"]).tobytes()
+            for example in data.load_split("mnist", split, data_dir, download=False)]
+
+
+def test_validation_slices_do_not_overlap_the_training_slices(tmp_path):
+    """The split strings select disjoint examples that make up the training
+    split: on a prepared dataset (TFDS's reader) and in the --smoke runs'
+    mock data (TFDS's split arithmetic; TFDS's own mock ignores slices)."""
+    data = example("data")
+    train_split, validation_split = data.train_validation_splits(0.1)
+    rng = np.random.default_rng(0)
+    arrays = {"x_train": rng.integers(0, 256, (30, 28, 28), dtype=np.uint8),
+              "x_test": rng.integers(0, 256, (2, 28, 28), dtype=np.uint8)}
+    arrays.update(y_train=np.arange(30) % 10, y_test=np.arange(2))
+    np.savez(tmp_path / "mnist.npz", **arrays)
+    data_dir = str(tmp_path / "tfds")
+    example("prepare_mnist_offline").prepare(tmp_path / "mnist.npz", data_dir)
+    train, validation = (images_of(split, data_dir) for split in (train_split, validation_split))
+    assert (len(train), len(validation)) == (27, 3)
+    assert sorted(train + validation) == sorted(image[..., None].tobytes()
+                                                for image in arrays["x_train"])
+    with data.mock_data(40):
+        train, validation, everything = (images_of(split)
+                                         for split in (train_split, validation_split, "train"))
+    assert train + validation == everything and len(set(everything)) == 40
 
 
 @pytest.mark.real_mnist
@@ -167,15 +229,19 @@ def test_image_folder_with_two_seeds(tmp_path):
     write_image_folder(tmp_path / "images")
     out = tmp_path / "out"
     jit = ["--jit-compile", "false"] if BACKEND == "tensorflow" else []
+    # 3 of the 12 training images validate: one batch the size of the test set's.
     metrics = example("image_folder_capsnet").main([
         str(tmp_path / "images"), "--image-size", "16", "16", "--smoke", "--seeds", "2",
-        "--output-dir", str(out), *jit])
+        "--validation-fraction", "0.25", "--output-dir", str(out), *jit])
     for seed in (0, 1):
         for output in OUTPUTS + CAPSULE_FIGURES:
             assert (out / f"seed_{seed}" / output).stat().st_size > 0, output
         assert read_metrics(out / f"seed_{seed}")["seed"] == seed
+        assert_validated(out / f"seed_{seed}")
     assert read_metrics(out) == json.loads(json.dumps(metrics))
     assert metrics["class_names"] == ["circle", "square", "tri"] and metrics["seeds"] == [0, 1]
+    assert (metrics["train_images"], metrics["validation_images"], metrics["test_images"]) == (
+        9, 3, 3)
     accuracies = metrics["test_accuracies"]
     assert len(accuracies) == 2 and metrics["test_accuracy_mean"] == pytest.approx(
         np.mean(accuracies))
@@ -183,6 +249,38 @@ def test_image_folder_with_two_seeds(tmp_path):
     # 3 classes of 16 x 16 RGB images (grey PNGs are read as RGB).
     model = keras.saving.load_model(out / "seed_0" / "model.keras", safe_mode=True)
     assert model.image_shape == (16, 16, 3) and model.num_classes == 3
+
+
+def test_image_folder_validation_split(tmp_path):
+    """The validation images come from the training images of DIR, the test
+    images stay those of the split without validation, with --test-dir too."""
+    common, folder = example("common"), example("image_folder_capsnet")
+    write_image_folder(tmp_path / "images")
+    write_image_folder(tmp_path / "test", per_class=2)
+    every = sorted(str(path) for path in (tmp_path / "images").rglob("*.png"))
+
+    def split(*flags):
+        args = common.parse_args("d", 1, 4, argv=[str(tmp_path / "images"), *flags],
+                                 add_arguments=folder.add_arguments)
+        return folder.split_images(args)
+
+    train, validation, test = split("--validation-fraction", "0")
+    assert validation is None and len(test.file_paths) == 3
+    plain_test = test.file_paths
+    train, validation, test = split("--validation-fraction", "0.25")
+    assert test.file_paths == plain_test
+    assert (len(train.file_paths), len(validation.file_paths)) == (9, 3)
+    assert sorted(train.file_paths + validation.file_paths + test.file_paths) == every
+    # The validation examples are the images of those paths (their labels).
+    labels = [int(label) for _, label in validation]
+    assert labels == [validation.class_names.index(os.path.basename(os.path.dirname(path)))
+                      for path in validation.file_paths]
+    train, validation, test = split("--test-dir", str(tmp_path / "test"))  # 10 % of 15
+    assert (len(train.file_paths), len(validation.file_paths), len(test.file_paths)) == (
+        13, 2, 6)
+    assert sorted(train.file_paths + validation.file_paths) == every
+    with pytest.raises(SystemExit, match="validation-fraction"):
+        split("--validation-fraction", "0.01")
 
 
 def test_command_line_runs_turn_off_ynn_convolutions_on_jax(monkeypatch):
@@ -201,15 +299,13 @@ def test_command_line_runs_turn_off_ynn_convolutions_on_jax(monkeypatch):
     assert os.environ["XLA_FLAGS"] == "--xla_cpu_experimental_ynn_fusion_type="
 
 
-def test_seed_makes_runs_repeatable(tmp_path):
-    """common.run seeds data order and initial weights: same --seed, same run."""
+def tiny_run(output_dir, *flags):
+    """common.run of a tiny BackboneCapsNet on 16 generated images, one epoch
+    of 3 steps; `--validation-fraction` holds out the last 4 images."""
     import tensorflow as tf
 
     import keras_capsules as kc
 
-    common = example("common")
-    with pytest.raises(SystemExit):
-        common.parse_args("d", 1, 4, argv=["--seeds", "0"])
     rng = np.random.default_rng(0)
     images, labels = rng.uniform(size=(16, 6, 6, 3)).astype("float32"), rng.integers(0, 3, 16)
 
@@ -219,18 +315,84 @@ def test_seed_makes_runs_repeatable(tmp_path):
                                   class_capsule_dim=4)
 
     def load_data(args, batch_size, drop_remainder=False):
-        train = tf.data.Dataset.from_tensor_slices((images, labels)).shuffle(16).batch(4)
-        return train, tf.data.Dataset.from_tensor_slices((images, labels)).batch(4)
+        held_out = 4 if args.validation_fraction else 0
+        train = tf.data.Dataset.from_tensor_slices((images[:16 - held_out],
+                                                    labels[:16 - held_out]))
+        validation = tf.data.Dataset.from_tensor_slices((images[12:], labels[12:])).batch(4)
+        return (train.shuffle(16).batch(4), validation if held_out else None,
+                tf.data.Dataset.from_tensor_slices((images, labels)).batch(4))
+
+    argv = ["--epochs", "1", "--output-dir", str(output_dir), "--steps-per-epoch", "3", *flags]
+    return example("common").run("tiny", "d", build_model, load_data,
+                                 lambda args, steps: keras.optimizers.Adam(0.01),
+                                 routers=False, argv=argv)
+
+
+def test_seed_makes_runs_repeatable(tmp_path):
+    """common.run seeds data order and initial weights: same --seed, same run."""
+    with pytest.raises(SystemExit):
+        example("common").parse_args("d", 1, 4, argv=["--seeds", "0"])
 
     def run(seed):
-        argv = ["--epochs", "1", "--output-dir", str(tmp_path / str(seed)), "--seed", str(seed),
-                "--steps-per-epoch", "3"]
-        return common.run("tiny", "d", build_model, load_data,
-                          lambda args, steps: keras.optimizers.Adam(0.01), routers=False,
-                          argv=argv)["test_loss"]
+        return tiny_run(tmp_path / str(seed), "--seed", str(seed))["test_loss"]
 
     first, again, other = run(7), run(7), run(8)
     assert first == again and first != other
+    assert_validated(tmp_path / "7")
+
+
+def test_step_log_recovers_each_steps_value(tmp_path):
+    """Keras logs the epoch's mean so far after each step; StepLog gives
+    each step's own value, over epochs, and the curves plot them."""
+    log = example("common").StepLog(keys=("loss",))
+    for epoch, values in enumerate(([3.0, 1.0, 2.0], [5.0, 1.0])):
+        log.on_epoch_begin(epoch)
+        for k in range(1, len(values) + 1):
+            log.on_train_batch_end(k - 1, {"loss": np.float32(np.mean(values[:k]))})
+        log.on_epoch_end(epoch)
+    assert log.steps == [1, 2, 3, 4, 5] and log.epoch_ends == [3, 5]
+    np.testing.assert_allclose(log.values["loss"], [3.0, 1.0, 2.0, 5.0, 1.0], rtol=1e-6)
+    figures = example("figures")
+    np.testing.assert_allclose(figures.moving_average([1.0, 3.0, np.nan, 5.0], 2),
+                               [1.0, 2.0, 3.0, 5.0])
+    figures.plot_history({"loss": [2.0, 3.0], "val_loss": [1.5, 2.5], "accuracy": [0.5, 0.6]},
+                         tmp_path / "curves.png", log)
+    assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_validation_fraction_zero_trains_without_validation(tmp_path):
+    jit = ["--jit-compile", "false"] if BACKEND == "tensorflow" else []  # XLA: seconds more
+    metrics = tiny_run(tmp_path, "--validation-fraction", "0", *jit)
+    assert list(read_log(tmp_path)) == ["epoch", "accuracy", "loss"]
+    assert metrics["validation_fraction"] == 0 and metrics["validation_accuracy"] is None
+    assert (tmp_path / "training_curves.png").stat().st_size > 0
+
+
+# The examples that read TFDS datasets, with the flags of their smoke runs.
+TFDS_EXAMPLES = {name: flags for name, (flags, _) in SCRIPTS.items()}
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0])
+def test_tfds_examples_validate_on_their_training_split(fraction):
+    """Each example's load_data: the last `fraction` of the (mocked, 40
+    examples) training split validates, the same batches every epoch; the
+    rest trains; 0: no validation data."""
+    common, data = example("common"), example("data")
+    with data.mock_data(common.SMOKE_EXAMPLES):
+        for name, flags in TFDS_EXAMPLES.items():
+            module = example(name)
+            args = common.parse_args(name, 1, 4, add_arguments=getattr(module, "add_arguments",
+                                                                        None),
+                                     argv=["--validation-fraction", str(fraction), *flags])
+            train, validation, test = module.load_data(args, 4)
+            assert int(train.cardinality()) == (9 if fraction else 10), name
+            assert int(test.cardinality()) == 10, name
+            if not fraction:
+                assert validation is None, name
+                continue
+            assert int(validation.cardinality()) == 1, name
+            first, again = ([np.asarray(images) for images, _ in validation] for _ in range(2))
+            np.testing.assert_array_equal(first, again, err_msg=name)
 
 
 def test_multimnist_pairs(tmp_path):
