@@ -12,12 +12,12 @@ from keras_capsules.ops import safe_norm
 POSE_SIZE = 16  # a 4x4 pose matrix, stored row-major
 
 
-
 def householder_initializer():
     """The default initializer of Householder vectors (`orthogonal=True`):
     the transforms they make are orthogonal whatever their scale, so the
     votes keep the children's lengths and need no derived scale."""
     return keras.initializers.GlorotUniform()
+
 
 # A weight argument's kind -> the Keras module that resolves and serialises it.
 _WEIGHT_ARGUMENT_MODULES = {

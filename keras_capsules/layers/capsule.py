@@ -5,10 +5,10 @@ from keras import ops
 
 from keras_capsules.initializers import transform_initializer
 from keras_capsules.layers._common import (
-    householder_initializer,
     build_router,
     call_router,
     get_router,
+    householder_initializer,
     serialize_router,
     set_weight_arguments,
     split_capsule_inputs,
@@ -45,7 +45,8 @@ class Capsule(keras.layers.Layer):
     scores for `MarginLoss` with every router.
 
     Initialisation: the default `W` (`kernel_initializer=None`) is a
-    truncated normal of standard deviation `vote_stddev / 0.5`, with
+    truncated normal of standard deviation `vote_stddev / 0.5`
+    (`keras_capsules.initializers.INPUT_LENGTH`), with
     `vote_stddev = router.vote_stddev(in_caps, num_capsules, capsule_dim)`:
     child poses of length 0.5 (squashed capsules near the squash's knee)
     then give votes whose elements have the standard deviation the router

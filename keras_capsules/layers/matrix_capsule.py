@@ -24,8 +24,8 @@ from keras_capsules.layers._common import (
 )
 from keras_capsules.layers.conv_capsule import WindowedCapsule
 from keras_capsules.layers.primary_capsule import PrimaryConvolution
-from keras_capsules.routing.em import EMRouting
 from keras_capsules.ops import compute_dtype_for
+from keras_capsules.routing.em import EMRouting
 from keras_capsules.validation import int_tuple, pop_renamed, positive_int, renamed_config
 
 
