@@ -3,20 +3,20 @@
 Every case of `tests/parity/cases_*.py` runs on TensorFlow, PyTorch and JAX,
 one worker subprocess per backend, and is compared with its float64 NumPy
 reference (forward values; gradients by central finite differences) and
-with the other backends. Workers run once per source version: their results
-are cached under `.pytest_cache/parity`, so the three per-backend pytest
-runs share them.
+with the other backends. Workers run once per version of the sources, Keras,
+NumPy and the backends: their results are cached under `.pytest_cache/parity`,
+so the three per-backend pytest runs share them.
 """
 
 import functools
 import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import pathlib
 import subprocess
 import sys
 
-import keras
 import numpy as np
 import pytest
 
@@ -33,8 +33,25 @@ WORKER_TIMEOUT_S = 1800
 pytestmark = pytest.mark.xdist_group("parity")
 
 
+# Distributions whose versions change the workers' numbers.
+_DISTRIBUTIONS = ("keras", "numpy", "tensorflow", "tensorflow-cpu", "torch", "jax", "jaxlib")
+
+
+def _versions():
+    """`name==version` of each installed distribution that computes."""
+    found = []
+    for name in _DISTRIBUTIONS:
+        try:
+            found.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return ";".join(found)
+
+
 def _source_hash():
-    h = hashlib.sha256(keras.__version__.encode())
+    """Key of the cached results: the sources and the versions of Keras, NumPy
+    and the backends (an upgrade of any of them recomputes)."""
+    h = hashlib.sha256(_versions().encode())
     paths = [p for folder in ("keras_capsules", "tests/parity", "tests/reference")
              for p in sorted((ROOT / folder).rglob("*.py"))]
     # The workers' gradients come from tests/test_case.py.
@@ -56,8 +73,6 @@ def parity_results():
     with exclusive(cache / f"{key}.lock"):
         _run_missing_workers(paths)
     return {b: dict(np.load(p)) for b, p in paths.items()}
-
-
 
 
 def _run_missing_workers(paths):
