@@ -11,7 +11,7 @@ from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
 from keras_capsules.losses import MarginLoss
 from keras_capsules.models._compile import AutoXLACompile
-from keras_capsules.validation import int_tuple, positive_int
+from keras_capsules.validation import int_tuple, non_negative_float, positive_int
 
 
 class ClassIdCheck:
@@ -134,11 +134,13 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
         self.image_shape = int_tuple(input_shape, 3, "input_shape")
         self.num_classes = positive_int(num_classes, "num_classes")
         self.reconstruction = bool(reconstruction)
-        self.reconstruction_weight = float(reconstruction_weight)
-        if self.reconstruction_weight < 0:
+        self.reconstruction_weight = non_negative_float(
+            reconstruction_weight, "reconstruction_weight"
+        )
+        if not isinstance(decoder_units, (list, tuple)):
             raise ValueError(
-                "`reconstruction_weight` must be >= 0. "
-                f"Received: reconstruction_weight={reconstruction_weight}"
+                "`decoder_units` must be a sequence of positive integers (the hidden "
+                f"sizes, e.g. (512, 1024)). Received: decoder_units={decoder_units!r}"
             )
         self.decoder_units = tuple(positive_int(u, "decoder_units") for u in decoder_units)
         activation = keras.activations.get(decoder_activation)  # checks the name
@@ -269,8 +271,17 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
     def _one_hot(self, y):
         return one_hot(y, self.num_classes, "y")
 
+    def _check_decoder(self, method):
+        if not self.reconstruction:
+            raise ValueError(
+                f"`{method}` needs the decoder, and this model was built without one. "
+                "Received: reconstruction=False (build the model with "
+                "reconstruction=True)"
+            )
+
     def reconstruct(self, images, labels=None):
         """Decoded images, masked by `labels` (ids or one-hot) or by the longest capsule."""
+        self._check_decoder("reconstruct")
         poses = self.encode(ops.convert_to_tensor(images), training=False)
         if labels is None:
             return self.decoder(self.mask(poses))
@@ -278,6 +289,7 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
 
     def decode(self, poses):
         """Decodes class-capsule poses `(batch, num_classes, dim)` as they are."""
+        self._check_decoder("decode")
         batch = ops.shape(poses)[0]
         return self.decoder(ops.reshape(poses, (batch, -1)))
 

@@ -19,8 +19,9 @@ from tests.test_case import to_numpy
 
 
 def tiny_capsnet(**kwargs):
+    kwargs = {"decoder_units": (8,), **kwargs}
     return CapsNet((20, 20, 1), 3, conv_filters=8, primary_capsules=2, primary_dim=4,
-                   capsule_dim=4, decoder_units=(8,), **kwargs)
+                   capsule_dim=4, **kwargs)
 
 
 def tiny_efficient(**kwargs):
@@ -146,6 +147,10 @@ def test_routing_coefficients_are_a_distribution_over_classes():
 def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="reconstruction_weight=-1"):
         tiny_capsnet(reconstruction_weight=-1)
+    with pytest.raises(ValueError, match="reconstruction_weight=nan"):
+        tiny_capsnet(reconstruction_weight=float("nan"))
+    with pytest.raises(ValueError, match="decoder_units=8"):
+        tiny_capsnet(decoder_units=8)
     with pytest.raises(ValueError, match="num_classes"):
         CapsNet(num_classes=0)
     with pytest.raises(ValueError, match="router"):
@@ -281,3 +286,11 @@ def test_routing_coefficients_of_orthogonal_capsules():
     c = to_numpy(model.routing_coefficients(images))
     assert c.shape == (2, 4 * 4 * 2, 3)
     np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_decoding_without_a_decoder_says_so():
+    model = tiny_capsnet(reconstruction=False)
+    images, _ = batch(model.image_shape, n=2)
+    for call in (lambda: model.reconstruct(images), lambda: model.decode(np.zeros((2, 3, 4)))):
+        with pytest.raises(ValueError, match="Received: reconstruction=False"):
+            call()
