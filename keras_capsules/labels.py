@@ -39,16 +39,29 @@ def one_hot(y_true, num_classes, name="y_true"):
     [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
     """
     y_true = ops.convert_to_tensor(y_true)
-    shape = tuple(y_true.shape)
+    try:
+        shape = tuple(y_true.shape)
+    except ValueError:  # TensorFlow: labels whose rank is not known
+        raise ValueError(
+            f"`{name}` has no known rank, so class ids and one-hot labels cannot be "
+            "told apart. On TensorFlow this happens when one model is trained on "
+            "labels of different ranks (its train step is traced again with a "
+            "relaxed shape): give the labels one shape. "
+            f"Received: {name}.shape={y_true.shape}"
+        ) from None
     if len(shape) == 2 and shape[-1] == num_classes:
         return ops.cast(y_true, "float32")
     if len(shape) == 1 or (len(shape) == 2 and shape[-1] == 1):
-        ids = ops.cast(ops.reshape(y_true, (-1,)), "int32")
-        # Not ops.one_hot: torch raises on ids out of range, TensorFlow and
-        # JAX give zeros; the comparison gives zeros on every backend.
-        classes = ops.arange(num_classes, dtype="int32")
-        return ops.cast(ops.equal(ids[:, None], classes[None, :]), "float32")
+        return _ids_to_one_hot(y_true, num_classes)
     raise _shape_error(name, num_classes, shape)
+
+
+def _ids_to_one_hot(ids, num_classes):
+    ids = ops.cast(ops.reshape(ids, (-1,)), "int32")
+    # Not ops.one_hot: torch raises on ids out of range, TensorFlow and JAX
+    # give zeros; the comparison gives zeros on every backend.
+    classes = ops.arange(num_classes, dtype="int32")
+    return ops.cast(ops.equal(ids[:, None], classes[None, :]), "float32")
 
 
 def check_class_ids(y, num_classes, name="y"):
