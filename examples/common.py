@@ -343,8 +343,10 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
                                       xla_on_cpu=xla_on_cpu and not args.distribute,
                                       torch_compile=torch_compile,
                                       train_images=(steps or 0) * args.epochs * args.batch_size)
+            # metrics "auto": the ready models' accuracy (for several digits
+            # per image, keras_capsules.metrics.LabelSetAccuracy).
             model.compile(optimizer=make_optimizer(args, steps or 1),
-                          metrics=metrics or ["accuracy"], jit_compile=jit)
+                          metrics=metrics or "auto", jit_compile=jit)
             throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)
             step_log = StepLog()
             fit_callbacks = [

@@ -327,7 +327,7 @@ def multimnist(split, batch_size, data_dir=None, download=True, max_shift=4,
     Each MNIST image of `split` is paired with a random image of another
     class; both are shifted by up to `max_shift` px each way on a
     `(28 + 2 max_shift)`-square canvas (36x36) and summed (clipped to 1).
-    Yields `(merged, {"labels": (batch, 2) int32, "digits": (batch, 2,
+    Yields `(merged, {"labels": (batch, 2) int32, "images": (batch, 2,
     36, 36, 1)})`: the two classes and each digit alone on the canvas.
 
     Training (`seed=None`): new partners and shifts each epoch. With an
@@ -357,7 +357,7 @@ def multimnist(split, batch_size, data_dir=None, download=True, max_shift=4,
         first = tf.cast(images[index], tf.float32) / 255.0
         second = tf.cast(images[partner], tf.float32) / 255.0
         merged, digits = overlay_pair(first, second, offsets, size)
-        return merged, {"labels": tf.stack([label, labels[partner]]), "digits": digits}
+        return merged, {"labels": tf.stack([label, labels[partner]]), "images": digits}
 
     if int(tf.reduce_max(per_class)) == count:
         raise ValueError(f"MultiMNIST needs two classes in MNIST {split!r}; it has one.")

@@ -13,7 +13,17 @@ Example (32 capsules of dimension 8 routed to 10 capsules of dimension 16):
 
 __version__ = "0.1.0"
 
-from keras_capsules import callbacks, initializers, labels, layers, losses, models, ops, routing
+from keras_capsules import (
+    callbacks,
+    initializers,
+    labels,
+    layers,
+    losses,
+    metrics,
+    models,
+    ops,
+    routing,
+)
 from keras_capsules.layers import (
     Capsule,
     CapsuleAttention,

@@ -21,7 +21,10 @@ class SpreadLossMarginScheduler(keras.callbacks.Callback):
     the loss's margin to the model's metric state, which the compiled
     train step (`jit_compile=True` on TensorFlow and JAX) reads on every
     step: a loss's own variables are constants inside a jitted JAX step.
-    The margin then also appears in the training logs as `margin`. With
+    The margin then also appears in the training logs as `margin`. A
+    subclassed model that is built before `fit` (Keras then locks its
+    state) must track the margin itself: `self.spread_loss_margin =
+    loss.margin_state` in its `__init__` (`MatrixCapsNet` does). With
     `steps_per_execution > 1` it changes once per execution.
 
     Args:
@@ -68,16 +71,41 @@ class SpreadLossMarginScheduler(keras.callbacks.Callback):
     def set_model(self, model):
         super().set_model(model)
         state = self.loss.margin_state
-        # A metric of the model is part of the compiled step's state; Keras
-        # has no public hook to add one to a built model. Attached here, not
-        # in on_train_begin: fit calls set_model before it builds the train
-        # function, whose JAX state layout (and shardings under
-        # keras.distribution) is fixed by then.
-        if not any(m is state for m in model.metrics):
-            model._metrics.append(state)
+        # A metric tracked by the model (set as one of its attributes, which
+        # Keras tracks) is part of the compiled step's state, so the jitted
+        # step reads its current value. Set here, not in on_train_begin: fit
+        # calls set_model before it builds the train function, whose JAX
+        # state layout (and shardings under keras.distribution) is fixed then.
+        if any(m is state for m in model.metrics):
+            return  # as `MatrixCapsNet` tracks its own loss's margin
+        try:
+            model.spread_loss_margin = state
+        except ValueError as error:  # a built subclassed model: its state is locked
+            raise ValueError(
+                "SpreadLossMarginScheduler needs the loss's margin among the model's "
+                "metrics, and this built model takes no new state. In the model's "
+                "`__init__`, set `self.spread_loss_margin = loss.margin_state` for the "
+                f"SpreadLoss you compile with. Received: model={type(model).__name__}"
+            ) from error
+
+    def on_train_begin(self, logs=None):
+        # One read of the step count (continuing across `fit` calls); the
+        # steps are counted here after that, so no step waits for the device.
+        self._first_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        self._epoch_start = self._first_step
+        self._next_step = self._first_step
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = self._next_step
 
     def on_train_batch_begin(self, batch, logs=None):
-        # Reading `self.model` first syncs the JAX training state, so that the
-        # next step reads the variables again, the new margin included.
-        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-        self.loss.margin.assign(self.margin_at(step))
+        # `batch`: the epoch's step index that this execution starts at.
+        # Reading `self.model` hands JAX's training state back to the
+        # variables (no wait for the device), so the next step reads them
+        # again, the new margin included.
+        self.model  # noqa: B018
+        self.loss.margin.assign(self.margin_at(self._epoch_start + batch))
+
+    def on_train_batch_end(self, batch, logs=None):
+        # `batch`: the epoch's last step index of this execution.
+        self._next_step = self._epoch_start + batch + 1

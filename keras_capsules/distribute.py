@@ -55,6 +55,8 @@ import os
 import keras
 import numpy as np
 
+from keras_capsules.models.capsule_model import CapsuleModel
+
 JAX_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 TORCH_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -358,15 +360,32 @@ def local_batches(x, y=None, batch_size=None, num_processes=1, process_id=0):
             data, batch_size=batch_size // num_processes, sampler=sampler, drop_last=True)
         return
     import tensorflow as tf
-    from tensorflow.python.data.experimental.ops import distribute as tf_data_distribute
 
     if y is not None:
         x = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size, drop_remainder=True)
-    global_batch = int(tf_data_distribute.compute_batch_size(x).numpy())
+    global_batch = _dataset_batch_size(x, batch_size)
     _check_divisible(global_batch, num_processes)
     dataset = x.rebatch(global_batch // num_processes).shard(num_processes, process_id)
     for batch in dataset.as_numpy_iterator():
         yield batch[:2]
+
+
+def _dataset_batch_size(dataset, batch_size=None):
+    # The static batch dimension of the dataset's inputs (known when it was
+    # batched with drop_remainder=True), else the caller's batch_size.
+    import tensorflow as tf
+
+    first = tf.nest.flatten(dataset.element_spec)[0]
+    known = first.shape[0] if first.shape.rank else None
+    if known is not None:
+        return int(known)
+    if batch_size is None:
+        raise ValueError(
+            "The global batch size of the dataset is not known from its element_spec "
+            "(batch it with drop_remainder=True) and no `batch_size` was given. "
+            f"Received: element_spec={dataset.element_spec}, batch_size=None"
+        )
+    return int(batch_size)
 
 
 def _check_divisible(batch_size, num_processes):
@@ -493,8 +512,10 @@ class _TorchLoop(_Loop):
                 self.model = model
 
             def forward(self, inputs, labels):
-                # Capsule classifiers then return the poses their loss decodes.
-                with getattr(self.model, "loss_outputs", contextlib.nullcontext)():
+                # The ready models return the poses their loss decodes too.
+                if isinstance(self.model, CapsuleModel):
+                    y_pred = self.model(inputs, training=True, return_poses=True)
+                else:
                     y_pred = self.model(inputs, training=True)
                 return self.model.compute_loss(inputs, labels, y_pred, training=True), y_pred
 

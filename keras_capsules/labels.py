@@ -64,7 +64,52 @@ def _ids_to_one_hot(ids, num_classes):
     return ops.cast(ops.equal(ids[:, None], classes[None, :]), "float32")
 
 
-def check_class_ids(y, num_classes, name="y"):
+def multi_hot(y_true, num_classes, labels_per_image, name="y_true"):
+    """`labels_per_image` class ids per image `(batch, k)`, or k-hot labels
+    `(batch, num_classes)`, -> float32 k-hot `(batch, num_classes)`.
+
+    The ids of one image are distinct classes; an id outside `[0,
+    num_classes)` adds nothing (as in `one_hot`).
+
+    Example:
+
+    >>> from keras_capsules.labels import multi_hot
+    >>> ops.convert_to_numpy(multi_hot(np.array([[2, 0]]), 3, 2)).tolist()
+    [[1.0, 0.0, 1.0]]
+    """
+    y_true = ops.convert_to_tensor(y_true)
+    shape = tuple(y_true.shape)
+    if len(shape) == 2 and shape[-1] == num_classes:
+        return ops.cast(y_true, "float32")
+    if len(shape) == 2 and shape[-1] == labels_per_image:
+        ids = ops.cast(y_true, "int32")
+        classes = ops.arange(num_classes, dtype="int32")
+        hits = ops.equal(ids[:, :, None], classes[None, None, :])
+        return ops.cast(ops.any(hits, axis=1), "float32")
+    raise ValueError(
+        f"`{name}` must be {labels_per_image} class ids per image, shape (batch, "
+        f"{labels_per_image}), or k-hot labels of shape (batch, {num_classes}). "
+        f"Received: {name}.shape={shape}"
+    )
+
+
+def class_targets(y, num_classes, labels_per_image=1, name="y"):
+    """The labels of a ready model as float32 targets `(batch, num_classes)`:
+    `one_hot` for one label per image, `multi_hot` for several (`y` may then
+    be a dict whose `"labels"` are the ids)."""
+    if isinstance(y, dict):
+        if "labels" not in y:
+            raise ValueError(
+                f"`{name}` as a dict must have a 'labels' entry (the class ids). "
+                f"Received: keys {sorted(y)}"
+            )
+        y = y["labels"]
+    if labels_per_image == 1:
+        return one_hot(y, num_classes, name)
+    return multi_hot(y, num_classes, labels_per_image, name)
+
+
+def check_class_ids(y, num_classes, name="y", labels_per_image=1):
     """Raises a `ValueError` if array labels `y` hold a class id outside
     `[0, num_classes)`; one-hot labels and anything that is not an array
     (a dataset, a generator) pass unchecked.
@@ -73,6 +118,7 @@ def check_class_ids(y, num_classes, name="y"):
         y: labels, as given to `fit` or `evaluate`.
         num_classes: the number of classes.
         name: the argument's name, for the message.
+        labels_per_image: class ids per image: `(batch, k)` ids when `> 1`.
 
     Example:
 
@@ -87,7 +133,10 @@ def check_class_ids(y, num_classes, name="y"):
     shape = tuple(y.shape)
     if len(shape) == 2 and shape[-1] == num_classes:
         return  # one-hot
-    if not (len(shape) == 1 or (len(shape) == 2 and shape[-1] == 1)):
+    if labels_per_image > 1:
+        if not (len(shape) == 2 and shape[-1] == labels_per_image):
+            multi_hot(y, num_classes, labels_per_image, name)  # raises
+    elif not (len(shape) == 1 or (len(shape) == 2 and shape[-1] == 1)):
         raise _shape_error(name, num_classes, shape)
     ids = np.asarray(ops.convert_to_numpy(y))
     if ids.size and (ids.min() < 0 or ids.max() >= num_classes):

@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 
+import keras_capsules as kc
 from tests.conftest import BACKEND, real_mnist_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -406,7 +407,7 @@ def test_multimnist_pairs(tmp_path):
         train = list(data.multimnist("train", 12))[0]
     for merged, targets in batches + [train]:
         merged, labels = np.asarray(merged), np.asarray(targets["labels"])
-        digits = np.asarray(targets["digits"])
+        digits = np.asarray(targets["images"])
         assert merged.shape == (12, 36, 36, 1) and digits.shape == (12, 2, 36, 36, 1)
         assert np.all(labels[:, 0] != labels[:, 1])
         np.testing.assert_allclose(merged, np.minimum(digits[:, 0] + digits[:, 1], 1.0))
@@ -422,28 +423,26 @@ def test_multimnist_pairs(tmp_path):
 
 
 def tiny_multidigit_capsnet():
-    mm = example("multimnist_capsnet")
-    return mm.MultiMNISTCapsNet((20, 20, 1), 4, conv_filters=4, primary_capsules=2,
-                                primary_dim=4, capsule_dim=4, decoder_units=(8,),
-                                reconstruction_weight=0.5)
+    return kc.models.CapsNet((20, 20, 1), 4, conv_filters=4, primary_capsules=2,
+                             primary_dim=4, capsule_dim=4, decoder_units=(8,),
+                             reconstruction_weight=0.5, labels_per_image=2)
 
 
 def test_multimnist_loss_accuracy_and_saving(tmp_path):
     """Margin loss with both classes present + each digit reconstructed from
     its own capsule; accuracy 1 only when both are the two longest."""
-    mm = example("multimnist_capsnet")
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     images = rng.uniform(size=(4, 20, 20, 1)).astype("float32")
     labels = np.array([[0, 1], [2, 3], [1, 3], [3, 0]], "int32")
     digits = rng.uniform(size=(4, 2, 20, 20, 1)).astype("float32")
-    y = {"labels": labels, "digits": digits}
+    y = {"labels": labels, "images": digits}
     model = tiny_multidigit_capsnet()
     # Jitted on JAX (op by op is slower there); XLA on TF took 38 s to compile.
-    model.compile(optimizer="adam", metrics=[mm.TopTwoAccuracy()], jit_compile=BACKEND == "jax")
+    model.compile(optimizer="adam", jit_compile=BACKEND == "jax")  # metrics "auto"
     results = model.evaluate(images, y, batch_size=4, verbose=0, return_dict=True)
-    poses = model(images)
-    scores = keras.ops.convert_to_numpy(model.scores(poses))  # safe_norm lengths
+    scores, poses = model(images, return_poses=True)
+    scores = keras.ops.convert_to_numpy(scores)  # safe_norm lengths
     poses = keras.ops.convert_to_numpy(poses)
     two_hot = np.eye(4)[labels].sum(1)
     margin = (two_hot * np.maximum(0.9 - scores, 0) ** 2
@@ -458,14 +457,15 @@ def test_multimnist_loss_accuracy_and_saving(tmp_path):
     predicted = scores >= np.sort(scores, -1)[:, -2:-1]
     accuracy = np.mean(np.all(predicted == two_hot.astype(bool), -1))
     np.testing.assert_allclose(results["accuracy"], accuracy)
-    correct = mm.top_two_correct(np.array([[1, 0, 1, 0], [1, 1, 0, 0]], "float32"),
-                                 np.array([[0.9, 0.1, 0.8, 0.7], [0.9, 0.1, 0.8, 0.7]], "float32"))
+    correct = kc.metrics.label_set_correct(
+        np.array([[1, 0, 1, 0], [1, 1, 0, 0]], "float32"),
+        np.array([[0.9, 0.1, 0.8, 0.7], [0.9, 0.1, 0.8, 0.7]], "float32"), k=2)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(correct), [1.0, 0.0])
     loss = model.fit(images, y, batch_size=4, verbose=0).history["loss"]
     assert np.all(np.isfinite(loss))
     path = str(tmp_path / "model.keras")
     model.save(path)
     loaded = keras.saving.load_model(path, safe_mode=True)
-    assert type(loaded) is mm.MultiMNISTCapsNet
+    assert type(loaded) is kc.models.CapsNet and loaded.labels_per_image == 2
     np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(images)),
                                keras.ops.convert_to_numpy(model(images)), rtol=1e-5, atol=1e-6)

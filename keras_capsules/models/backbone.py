@@ -48,7 +48,8 @@ class BackboneCapsNet(CapsuleClassifier):
         primary_kernel_size, primary_strides: the primary capsules' conv.
         reconstruction: build the decoder and add its loss (off by
             default, see above).
-        reconstruction_weight, decoder_units, decoder_activation: as in
+        reconstruction_weight, decoder_units, decoder_activation,
+            labels_per_image: as in
             `CapsuleClassifier`.
         **kwargs: `keras.Model` arguments; `dtype` is the policy of the
             layers the model adds (the backbone keeps its own).
@@ -77,6 +78,9 @@ class BackboneCapsNet(CapsuleClassifier):
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
     NeurIPS 2017 (primary and routed class capsules, margin loss).
     """
+
+    # compile(optimizer="auto"): Adam at its usual rate.
+    default_learning_rate = 1e-3
 
     def __init__(
         self,
@@ -129,7 +133,7 @@ class BackboneCapsNet(CapsuleClassifier):
             self.primary_capsules, self.capsule_dim, self.primary_kernel_size,
             strides=self.primary_strides, name="primary", dtype=self.dtype_policy,
         )(feature_map)
-        self._set_capsules(keras.Model(feature_map, x, name="features"), Capsule(
+        self.set_capsules(keras.Model(feature_map, x, name="features"), Capsule(
             self.num_classes, self.class_capsule_dim, router=router,
             name="digit_capsules", dtype=self.dtype_policy,
         ))

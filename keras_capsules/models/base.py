@@ -1,71 +1,51 @@
 """Capsule classifiers whose loss adds a label-masked reconstruction term."""
 
-import contextlib
-
 import keras
 import numpy as np
 from keras import ops
 
-from keras_capsules.labels import check_class_ids, one_hot
+from keras_capsules.labels import one_hot
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
 from keras_capsules.losses import MarginLoss
-from keras_capsules.models._compile import AutoXLACompile
-from keras_capsules.validation import int_tuple, non_negative_float, positive_int
+from keras_capsules.models.capsule_model import CapsuleModel
+from keras_capsules.validation import non_negative_float, positive_int
 
 
-class ClassIdCheck:
-    """A ready model's `fit` and `evaluate` refuse array labels with a class
-    id outside `[0, num_classes)` (`keras_capsules.labels.check_class_ids`),
-    the same `ValueError` on every backend, before any step runs. Labels
-    from a dataset or generator are not read ahead: an id out of range
-    there is a row of zeros in the loss (`keras_capsules.labels.one_hot`)."""
-
-    def fit(self, x=None, y=None, *args, **kwargs):
-        check_class_ids(y, self.num_classes)
-        validation = kwargs.get("validation_data")
-        if isinstance(validation, (tuple, list)) and len(validation) >= 2:
-            check_class_ids(validation[1], self.num_classes, "validation_data labels")
-        return super().fit(x, y, *args, **kwargs)
-
-    def evaluate(self, x=None, y=None, *args, **kwargs):
-        check_class_ids(y, self.num_classes)
-        return super().evaluate(x, y, *args, **kwargs)
-
-
-class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
+class CapsuleClassifier(CapsuleModel):
     """Base of the capsule classifiers: class scores out, reconstruction in the loss.
 
-    `model(images)`, `predict` and `export` give the class scores, the
-    lengths of the class capsules, `(batch, num_classes)`.
-
-    Training needs no second input. Inside the model's own `train_step`
-    and `test_step` (what `fit` and `evaluate` run), `call` returns
-    `(scores, poses)`: the loss then decodes the poses of that same
-    forward pass, masked with the true labels `y`, and adds
+    The contract of `keras_capsules.models.CapsuleModel` holds: `model(images)`,
+    `predict` and `export` give the class scores, the lengths of the class
+    capsules, `(batch, num_classes)`; `model(images, return_poses=True)`
+    gives `(scores, poses (batch, num_classes, capsule_dim))`, which is
+    what `fit` and `evaluate` hand to the loss. The loss decodes the poses
+    of that same forward pass, masked with the true labels `y`, and adds
 
     ```
-    loss = compiled_loss(one_hot(y), scores)  # MarginLoss() if none compiled
+    loss = compiled_loss(one_hot(y), scores)  # MarginLoss() with loss="auto"
            + reconstruction_weight * mean((decoder(mask(poses, y)) - x)^2)
     ```
 
-    The compiled metrics see the scores. Called by hand with the scores,
-    `compute_loss(x, y, model(x))` encodes `x` again for the poses.
+    Training needs no second input: `fit(images, labels)`, labels as class
+    ids or one-hot. The compiled metrics see the scores. Called by hand
+    with the scores only, `compute_loss(x, y, model(x))` encodes `x` again
+    for the poses.
 
-    Labels may be integer class ids `(batch,)` or `(batch, 1)`, or one-hot
-    `(batch, num_classes)`; the compiled loss receives them one-hot. `fit`
-    and `evaluate` refuse array labels with an id outside `[0,
-    num_classes)` with a `ValueError` (labels from a dataset are not read
-    ahead: there such an id is a row of zeros, see
-    `keras_capsules.labels.one_hot`).
+    Several objects per image (`labels_per_image=k`, e.g. MultiMNIST's two
+    overlapping digits): labels are `k` class ids per image; the margin
+    loss has `k` ones in `T`, the metric `"auto"` is
+    `keras_capsules.metrics.LabelSetAccuracy(k)`, and with a decoder `y`
+    is a dict `{"labels": (batch, k) ids, "images": (batch, k, height,
+    width, channels)}`, each object alone: each is reconstructed from its
+    own capsule and the `k` errors are added (Sabour et al. section 6).
 
+    `compile(optimizer="auto", loss="auto", metrics="auto")`: Adam with
+    `default_learning_rate`, `MarginLoss()`, accuracy.
     `compile(jit_compile="auto")`, the default, also turns XLA on with
-    TensorFlow on CPU (Keras's own `"auto"` leaves it off there; these
-    models train 1.2-1.7x faster with it), except with `run_eagerly=True`
-    or under a `tf.distribute` strategy; pass `jit_compile=False` to opt
-    out. `compile` then tells the layers whether XLA compiles them, so
-    their `implementation="auto"` convolutions pick the faster way
-    (`keras_capsules.conv.resolve_implementation`).
+    TensorFlow on CPU (these models train 1.2-1.7x faster with it), except
+    with `run_eagerly=True` or under a `tf.distribute` strategy; pass
+    `jit_compile=False` to opt out.
 
     Dtype policy: the model's `dtype` (a policy name such as
     `"mixed_float16"`, default the global policy) is passed to every layer
@@ -73,13 +53,14 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
     after a `.keras` round trip whatever the global policy is then.
 
     Subclasses pass the base arguments to `__init__`, then call
-    `self._set_capsules(features, digit_capsules)` with `features` (a
+    `self.set_capsules(features, digit_capsules)` with `features` (a
     model: images -> child capsules `(batch, children, dim)`, taking
-    `training`; a subclass that overrides `child_capsules` may feed it something
-    else, as `BackboneCapsNet` feeds it the backbone's feature map) and `digit_capsules` (a `keras_capsules.layers.Capsule`
-    with one capsule per class), each of their layers made with
-    `dtype=self.dtype_policy`; they extend `get_config`.
-    `child_capsules` and `encode` may be overridden; `call`, `train_step`, `test_step`,
+    `training`; a subclass that overrides `child_capsules` may feed it
+    something else, as `BackboneCapsNet` feeds it the backbone's feature
+    map) and `digit_capsules` (a `keras_capsules.layers.Capsule` with one
+    capsule per class), each of their layers made with
+    `dtype=self.dtype_policy`; they extend `get_config`. `child_capsules`
+    and `encode` may be overridden; `call`, `train_step`, `test_step`,
     `compute_loss` and `compute_metrics` should not.
 
     Args:
@@ -90,16 +71,18 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
         decoder_units: hidden sizes of the decoder (ReLU `Dense` layers).
         decoder_activation: activation of the decoder output: `"sigmoid"`
             for images in [0, 1], `"linear"` for standardised images.
+        labels_per_image: objects (distinct classes) per image, `>= 1`.
         **kwargs: `keras.Model` arguments (`name`, `dtype`, ...).
 
     Call arguments:
         images: `(batch, height, width, channels)`.
         training: whether the layers run in training mode.
+        return_poses: `True` for `(scores, poses)`; `None`: only inside
+            `fit`/`evaluate`'s steps and `returning_poses()`.
 
     Returns:
         class scores `(batch, num_classes)`, the lengths of the class
-        capsules (`(scores, poses (batch, num_classes, capsule_dim))`
-        inside `train_step`, `test_step` and `loss_outputs()`).
+        capsules, or `(scores, poses (batch, num_classes, capsule_dim))`.
 
     Example:
 
@@ -109,7 +92,7 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
     ...         images = keras.Input(self.image_shape)
     ...         children = keras_capsules.layers.PrimaryCapsule(
     ...             2, 4, 5, strides=2, dtype=self.dtype_policy)(images)
-    ...         self._set_capsules(keras.Model(images, children), keras_capsules.layers.Capsule(
+    ...         self.set_capsules(keras.Model(images, children), keras_capsules.layers.Capsule(
     ...             3, 6, dtype=self.dtype_policy, name="digit_capsules"))
     >>> model = TinyCapsNet()
     >>> images = np.random.default_rng(0).uniform(size=(2, 12, 12, 1))
@@ -128,11 +111,10 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
         reconstruction_weight=0.392,
         decoder_units=(512, 1024),
         decoder_activation="sigmoid",
+        labels_per_image=1,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.image_shape = int_tuple(input_shape, 3, "input_shape")
-        self.num_classes = positive_int(num_classes, "num_classes")
+        super().__init__(input_shape, num_classes, labels_per_image, **kwargs)
         self.reconstruction = bool(reconstruction)
         self.reconstruction_weight = non_negative_float(
             reconstruction_weight, "reconstruction_weight"
@@ -150,15 +132,9 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
                                    else keras.activations.serialize(activation))
         self.scores = Length(name="scores", dtype=self.dtype_policy)
         self.mask = Mask(name="mask", dtype=self.dtype_policy)
-        self.margin_loss = MarginLoss()
         self.reconstruction_loss = keras.losses.MeanSquaredError()
-        # > 0 while train_step or test_step runs (traces, on TF and JAX):
-        # `call` then returns the poses too. A count, as MirroredStrategy
-        # runs its replicas' steps in interleaved threads; a plain list, set
-        # past Keras's attribute tracking, which torch.compile traces as is.
-        object.__setattr__(self, "_steps_running", [0])
 
-    def _set_capsules(self, features, digit_capsules):
+    def set_capsules(self, features, digit_capsules):
         """Sets `self.features` and `self.digit_capsules` (built for the
         features' output), the decoder when `self.reconstruction`, and
         builds the model: the end of a subclass's `__init__`."""
@@ -187,9 +163,6 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
         ]
         return keras.Sequential(layers, name="decoder")
 
-    def build(self, input_shape=None):
-        self.built = True
-
     def child_capsules(self, images, training=None):
         """The child capsules `(batch, children, dim)` of the class capsules."""
         return self.features(images, training=training)
@@ -198,65 +171,48 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
         """Class-capsule poses `(batch, num_classes, capsule_dim)`."""
         return self.digit_capsules(self.child_capsules(images, training=training))
 
-    def call(self, images, training=None):
+    def scores_and_poses(self, images, training=None):
         poses = self.encode(images, training=training)
-        scores = self.scores(poses)
-        if self._steps_running[0] > 0:
-            return scores, poses
-        return scores
+        return self.scores(poses), poses
 
-    def train_step(self, *args, **kwargs):
-        return self._step(super().train_step, *args, **kwargs)
+    def default_loss(self):
+        """`MarginLoss()` (Sabour et al. eq. 4; several 1s in `T` with
+        several labels per image)."""
+        return MarginLoss()
 
-    def test_step(self, *args, **kwargs):
-        return self._step(super().test_step, *args, **kwargs)
+    def extra_loss(self, x, y, targets, poses, sample_weight=None, training=True):
+        """`reconstruction_weight` times the decoder's mean squared error."""
+        if not self.reconstruction:
+            return None
+        if poses is None:  # Scores from `model(x)`: encode x again.
+            if x is None:
+                raise ValueError(
+                    "compute_loss needs the images `x` for the reconstruction "
+                    "loss when `y_pred` holds only the class scores. Received: x=None"
+                )
+            poses = self.encode(x, training=training)
+        if self.labels_per_image == 1:
+            return self.reconstruction_weight * self._reconstruction_error(
+                x, poses, targets, sample_weight)
+        ids, images = self._objects(y)
+        error = 0.0
+        for k in range(self.labels_per_image):  # each object alone, a fixed few
+            mask = one_hot(ids[:, k], self.num_classes, "y['labels']")
+            error = error + self._reconstruction_error(images[:, k], poses, mask, sample_weight)
+        return self.reconstruction_weight * error
 
-    @contextlib.contextmanager
-    def loss_outputs(self):
-        """Within this context `call` returns `(scores, poses)`: the `y_pred`
-        that `compute_loss` decodes the reconstruction from. For custom
-        training loops, around the forward pass (`fit` and `evaluate` need
-        nothing: `train_step` and `test_step` do the same)."""
-        self._steps_running[0] += 1
-        try:
-            yield
-        finally:
-            self._steps_running[0] -= 1
-
-    def _step(self, step, *args, **kwargs):
-        # The backends' steps (data, or JAX's state and data) pass through.
-        # Not `loss_outputs`: torch.compile traces this step.
-        self._steps_running[0] += 1
-        try:
-            return step(*args, **kwargs)
-        finally:
-            self._steps_running[0] -= 1
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        scores, poses = y_pred if isinstance(y_pred, (tuple, list)) else (y_pred, None)
-        labels = self._one_hot(y)
-        if self._compile_loss is not None:
-            loss = self._compile_loss(labels, scores, sample_weight)
-        else:
-            loss = self.margin_loss(labels, scores, sample_weight)
-        losses = [ops.cast(loss, "float32")]
-        if self.reconstruction:
-            if poses is None:  # Scores from `model(x)`: encode x again.
-                if x is None:
-                    raise ValueError(
-                        "compute_loss needs the images `x` for the reconstruction "
-                        "loss when `y_pred` holds only the class scores. Received: x=None"
-                    )
-                poses = self.encode(x, training=training)
-            losses.append(self.reconstruction_weight * self._reconstruction_error(
-                x, poses, labels, sample_weight))
-        losses += [ops.cast(self._aggregate_additional_loss(l), "float32") for l in self.losses]
-        return ops.sum(ops.stack(losses))
-
-    def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        if isinstance(y_pred, (tuple, list)):
-            y_pred = y_pred[0]  # The scores, without the poses.
-        return super().compute_metrics(x, y, y_pred, sample_weight)
+    def _objects(self, y):
+        k = self.labels_per_image
+        if not (isinstance(y, dict) and "labels" in y and "images" in y):
+            raise ValueError(
+                f"With labels_per_image={k} and a decoder, the labels must be a dict "
+                f"with 'labels' (batch, {k}) class ids and 'images' (batch, {k}, height, "
+                "width, channels), each object alone: the decoder reconstructs each "
+                "from its own capsule. Received: "
+                + (f"a dict with keys {sorted(y)}" if isinstance(y, dict)
+                   else f"y of type {type(y).__name__}")
+            )
+        return ops.convert_to_tensor(y["labels"]), ops.convert_to_tensor(y["images"])
 
     def _reconstruction_error(self, images, poses, labels, sample_weight):
         decoded = ops.cast(self.decoder(self.mask([poses, labels])), "float32")
@@ -300,10 +256,9 @@ class CapsuleClassifier(ClassIdCheck, AutoXLACompile, keras.Model):
         return layer.router(layer.votes(children), None, return_coefficients=True)[2]
 
     def get_config(self):
-        config = super().get_config()  # name, trainable, dtype (the policy)
+        config = super().get_config()  # name, trainable, dtype, input_shape, num_classes
         config.update(
-            input_shape=self.image_shape,
-            num_classes=self.num_classes,
+            labels_per_image=self.labels_per_image,
             reconstruction=self.reconstruction,
             reconstruction_weight=self.reconstruction_weight,
             decoder_units=self.decoder_units,

@@ -56,7 +56,8 @@ class CapsNet(CapsuleClassifier):
         primary_capsules: primary capsule types (32).
         primary_dim: dimension of the primary capsules (8).
         capsule_dim: dimension of the class capsules (16).
-        decoder_units, decoder_activation, **kwargs (`name`, `dtype`): as
+        decoder_units, decoder_activation, labels_per_image, **kwargs
+            (`name`, `dtype`): as
             in `CapsuleClassifier`.
 
     Call arguments:
@@ -80,6 +81,9 @@ class CapsNet(CapsuleClassifier):
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
     NeurIPS 2017.
     """
+
+    # compile(optimizer="auto"): Adam at Sabour et al.'s (TensorFlow's Adam default) rate.
+    default_learning_rate = 1e-3
 
     def __init__(
         self,
@@ -114,7 +118,7 @@ class CapsNet(CapsuleClassifier):
             self.primary_capsules, self.primary_dim, 9, strides=2, name="primary", dtype=dtype,
             kernel_initializer=_truncated_normal(0.01), bias_initializer=_BIAS,
         )(x)
-        self._set_capsules(keras.Model(images, x, name="features"), Capsule(
+        self.set_capsules(keras.Model(images, x, name="features"), Capsule(
             self.num_classes, self.capsule_dim, router=router, dtype=dtype,
             kernel_initializer=_truncated_normal(0.01), name="digit_capsules",
         ))

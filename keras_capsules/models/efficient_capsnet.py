@@ -54,6 +54,7 @@ class DepthwisePrimaryCapsule(keras.layers.Layer):
     network with self-attention routing", Scientific Reports 11, 2021.
     """
 
+
     def __init__(
         self,
         num_capsules,
@@ -149,7 +150,8 @@ class EfficientCapsNet(CapsuleClassifier):
         router: the router of the class capsules, or its name or config
             (`keras_capsules.routing.get`); default `SelfAttentionRouting()`.
         reconstruction, reconstruction_weight, decoder_units,
-            decoder_activation, **kwargs (`name`, `dtype`): as in
+            decoder_activation, labels_per_image, **kwargs (`name`,
+            `dtype`): as in
             `CapsuleClassifier`.
 
     Call arguments:
@@ -169,6 +171,9 @@ class EfficientCapsNet(CapsuleClassifier):
     Reference: Mazzia, Salvetti & Chiaberge, "Efficient-CapsNet: capsule
     network with self-attention routing", Scientific Reports 11, 2021.
     """
+
+    # compile(optimizer="auto"): Adam at Mazzia et al.'s rate.
+    default_learning_rate = 5e-4
 
     def __init__(
         self,
@@ -201,7 +206,7 @@ class EfficientCapsNet(CapsuleClassifier):
             x = keras.layers.ReLU(name=f"relu{i + 1}", dtype=dtype)(x)
         x = DepthwisePrimaryCapsule(16, 8, name="primary", dtype=dtype)(x)
         router = SelfAttentionRouting(dtype=dtype) if router is None else router
-        self._set_capsules(keras.Model(images, x, name="features"), Capsule(
+        self.set_capsules(keras.Model(images, x, name="features"), Capsule(
             self.num_classes, 16, router=router, kernel_initializer="he_normal",
             name="digit_capsules", dtype=dtype,
         ))

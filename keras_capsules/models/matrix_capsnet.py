@@ -13,20 +13,12 @@ from keras_capsules.layers.matrix_capsule import (
 )
 from keras_capsules.layers.strided_conv import StridedConv2D
 from keras_capsules.losses import SpreadLoss
-from keras_capsules.models._compile import AutoXLACompile
-from keras_capsules.labels import one_hot
-from keras_capsules.models.base import ClassIdCheck
+from keras_capsules.models.capsule_model import CapsuleModel
 from keras_capsules.routing.em import EMRouting
-from keras_capsules.validation import (
-    int_tuple,
-    one_of,
-    pop_renamed,
-    positive_float,
-    positive_int,
-    renamed_config,
-)
+from keras_capsules.validation import one_of, positive_float, positive_int, renamed_config
 
-# The paper's letters for the layer sizes: the arguments' old names.
+# The paper's letters for the layer sizes: the arguments' names in configs
+# written by version 0.1.0, which still load (`from_config`).
 _PAPER_NAMES = {
     "A": "conv_filters",
     "B": "primary_capsules",
@@ -36,7 +28,7 @@ _PAPER_NAMES = {
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MatrixCapsNet(ClassIdCheck, AutoXLACompile, keras.Model):
+class MatrixCapsNet(CapsuleModel):
     """Matrix capsules with EM routing: 4x4 pose matrices and activations.
 
     ```
@@ -60,8 +52,9 @@ class MatrixCapsNet(ClassIdCheck, AutoXLACompile, keras.Model):
 
     Training takes `(image, label)` pairs with class ids or one-hot labels:
     `compute_loss` one-hot encodes the labels and applies the compiled
-    loss, or, when `compile` got none, the model's own
-    `SpreadLoss(margin)`, `model.spread_loss` (Hinton et al. eq. 3):
+    loss; `compile(loss="auto")` (the default), `loss=None` or no
+    `compile` use the model's own `SpreadLoss(margin)`, `model.spread_loss`
+    (Hinton et al. eq. 3):
 
     ```
     loss = mean_b sum_{i != t} relu(margin - (a_t - a_i))^2
@@ -74,7 +67,10 @@ class MatrixCapsNet(ClassIdCheck, AutoXLACompile, keras.Model):
     stays at `margin`. There is no reconstruction decoder (the paper has
     none), so this model has no `reconstruct`.
 
-    `compile(jit_compile="auto")`, the default, also turns XLA on with
+    It keeps the contract of `keras_capsules.models.CapsuleModel`:
+    `model(images, return_poses=True)` gives `(activations, poses)`;
+    `compile(optimizer="auto", metrics="auto")` is Adam(3e-3), the paper's
+    rate, and accuracy. `compile(jit_compile="auto")`, the default, also turns XLA on with
     TensorFlow on CPU (Keras's own `"auto"` leaves it off there), except
     with `run_eagerly=True` or under a `tf.distribute` strategy; pass
     `jit_compile=False` to opt out. `compile` then tells the first
@@ -97,8 +93,7 @@ class MatrixCapsNet(ClassIdCheck, AutoXLACompile, keras.Model):
         conv_filters: channels of the first convolution (the paper's A).
         primary_capsules: primary capsule types (B).
         conv_capsules1, conv_capsules2: capsule types of the two
-            convolutional capsule layers (C and D). The old keywords `A`,
-            `B`, `C`, `D` still work, with a `DeprecationWarning`.
+            convolutional capsule layers (C and D).
         iterations: EM iterations of the default routers.
         router: a router, or its name or config
             (`keras_capsules.routing.get`), used, as three fresh copies
@@ -128,7 +123,7 @@ class MatrixCapsNet(ClassIdCheck, AutoXLACompile, keras.Model):
     ...     conv_capsules2=2, iterations=1)
     >>> rng = np.random.default_rng(0)
     >>> images, labels = rng.normal(size=(4, 32, 32, 2)), np.array([0, 1, 2, 3])
-    >>> model.compile(optimizer=keras.optimizers.Adam(3e-3), metrics=["accuracy"])
+    >>> model.compile()  # Adam(3e-3), model.spread_loss, accuracy
     >>> scheduler = keras_capsules.callbacks.SpreadLossMarginScheduler(
     ...     model.spread_loss, start=0.2, end=0.9, steps=2)
     >>> history = model.fit(images, labels, batch_size=2, callbacks=[scheduler], verbose=0)
@@ -140,6 +135,8 @@ class MatrixCapsNet(ClassIdCheck, AutoXLACompile, keras.Model):
     Reference: Hinton, Sabour & Frosst, "Matrix capsules with EM routing",
     ICLR 2018.
     """
+
+    default_learning_rate = 3e-3
 
     def __init__(
         self,
@@ -156,20 +153,11 @@ class MatrixCapsNet(ClassIdCheck, AutoXLACompile, keras.Model):
         implementation="auto",
         **kwargs,
     ):
-        sizes = dict(conv_filters=conv_filters, primary_capsules=primary_capsules,
-                     conv_capsules1=conv_capsules1, conv_capsules2=conv_capsules2)
-        for old, new in _PAPER_NAMES.items():
-            value = pop_renamed(kwargs, old, new, "MatrixCapsNet")
-            # Errors name the argument as given.
-            sizes[new] = positive_int(sizes[new], new) if value is None else positive_int(
-                value, old)
-        super().__init__(**kwargs)
-        self.image_shape = int_tuple(input_shape, 3, "input_shape")
-        self.num_classes = positive_int(num_classes, "num_classes")
-        self.conv_filters = sizes["conv_filters"]
-        self.primary_capsules = sizes["primary_capsules"]
-        self.conv_capsules1 = sizes["conv_capsules1"]
-        self.conv_capsules2 = sizes["conv_capsules2"]
+        super().__init__(input_shape, num_classes, **kwargs)
+        self.conv_filters = positive_int(conv_filters, "conv_filters")
+        self.primary_capsules = positive_int(primary_capsules, "primary_capsules")
+        self.conv_capsules1 = positive_int(conv_capsules1, "conv_capsules1")
+        self.conv_capsules2 = positive_int(conv_capsules2, "conv_capsules2")
         self.iterations = positive_int(iterations, "iterations")
         # A config, so each capsule layer gets its own (unbuilt) copy.
         self.router_config = None if router is None else serialize_router(routing.get(router))
@@ -177,6 +165,9 @@ class MatrixCapsNet(ClassIdCheck, AutoXLACompile, keras.Model):
         self.margin = positive_float(margin, "margin")
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
         self.spread_loss = SpreadLoss(self.margin)
+        # Tracked as a metric, so the compiled step reads the margin that
+        # `SpreadLossMarginScheduler` sets (see there).
+        self.spread_loss_margin = self.spread_loss.margin_state
 
         dtype = self.dtype_policy
         images = keras.Input(self.image_shape)
@@ -207,28 +198,22 @@ class MatrixCapsNet(ClassIdCheck, AutoXLACompile, keras.Model):
             return EMRouting(iterations=self.iterations, dtype=self.dtype_policy)
         return self.router_config  # each layer deserialises its own copy
 
-    def build(self, input_shape=None):
-        self.built = True
-
     def encode(self, images, training=None):
         """`[poses (batch, num_classes, 16), activations (batch, num_classes)]`."""
         return self.network(images, training=training)
 
-    def call(self, images, training=None):
-        return self.encode(images, training=training)[1]
+    def scores_and_poses(self, images, training=None):
+        poses, activations = self.encode(images, training=training)
+        return activations, poses
 
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        labels = one_hot(y, self.num_classes, "y")
-        loss_fn = self.spread_loss if self._compile_loss is None else self._compile_loss
-        losses = [ops.cast(loss_fn(labels, y_pred, sample_weight), "float32")]
-        losses += [ops.cast(self._aggregate_additional_loss(l), "float32") for l in self.losses]
-        return ops.sum(ops.stack(losses))
+    def default_loss(self):
+        """`model.spread_loss`, the model's own `SpreadLoss(margin)`, whose
+        margin `SpreadLossMarginScheduler` raises."""
+        return self.spread_loss
 
     def get_config(self):
-        config = super().get_config()  # name, trainable, dtype (the policy)
+        config = super().get_config()  # name, trainable, dtype, input_shape, num_classes
         config.update(
-            input_shape=self.image_shape,
-            num_classes=self.num_classes,
             conv_filters=self.conv_filters,
             primary_capsules=self.primary_capsules,
             conv_capsules1=self.conv_capsules1,

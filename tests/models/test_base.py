@@ -90,7 +90,8 @@ def test_loss_is_margin_plus_weighted_reconstruction():
     images, labels = batch(model.image_shape)
     one_hot = np.eye(3, dtype="float32")[labels]
     # Integer and one-hot labels give the same loss.
-    losses = [model.evaluate(images, y, batch_size=8, verbose=0) for y in (labels, one_hot)]
+    losses = [model.evaluate(images, y, batch_size=8, verbose=0,
+                             return_dict=True)["loss"] for y in (labels, one_hot)]
     np.testing.assert_allclose(losses, [expected_loss(model, images, labels)] * 2, rtol=1e-4)
     assert not hasattr(tiny_capsnet(reconstruction=False), "decoder")
 
@@ -240,12 +241,17 @@ def test_compute_loss_uses_the_poses_of_its_own_images(other_batch):
         model.compute_loss(None, yb, y_pred)
 
 
-def test_loss_outputs_gives_custom_loops_the_poses_of_the_forward_pass():
+def test_return_poses_gives_custom_loops_the_poses_of_the_forward_pass():
     model = tiny_capsnet()
     model.compile(optimizer="adam")
     x, y = batch(model.image_shape, n=8)
-    with model.loss_outputs():
+    assert not model.returns_poses
+    with model.returning_poses():
+        assert model.returns_poses
         scores, poses = model(x, training=False)
+    assert not model.returns_poses
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x, return_poses=True)[1]),
+                               keras.ops.convert_to_numpy(poses), rtol=1e-6)
     assert tuple(poses.shape) == (8, model.num_classes, 4)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(scores),
                                keras.ops.convert_to_numpy(model(x)), rtol=1e-6)

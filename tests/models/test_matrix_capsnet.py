@@ -132,18 +132,17 @@ SIZES = dict(conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules
 PAPER_SIZES = dict(A=4, B=2, C=2, D=3)
 
 
-def test_matrix_capsnet_paper_letters_are_deprecated():
-    with pytest.warns(DeprecationWarning, match="conv_filters"):
-        model = kc.MatrixCapsNet(**PAPER_SIZES, iterations=1)
+def test_matrix_capsnet_takes_no_paper_letters():
+    """The 0.1.0 keywords A-D are gone from the constructor (CHANGELOG)."""
+    model = kc.MatrixCapsNet(**SIZES, iterations=1)
     config = model.get_config()
     assert {k: config[k] for k in SIZES} == SIZES
-    assert not set(PAPER_SIZES) & set(config)
     assert model.network.get_layer("conv").filters == 4
     assert model.network.get_layer("conv_capsules2").num_capsules == 3
     with pytest.raises(ValueError, match="conv_filters=0"):
         kc.MatrixCapsNet(conv_filters=0)
-    with pytest.raises(ValueError, match="D=0"):
-        kc.MatrixCapsNet(D=0)
+    with pytest.raises((TypeError, ValueError), match="A"):
+        kc.MatrixCapsNet(A=4)
 
 
 def test_matrix_capsnet_old_config_loads_silently():
