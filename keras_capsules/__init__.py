@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 
 from keras_capsules import callbacks, initializers, labels, layers, losses, models, ops, routing
 from keras_capsules.layers import (
+    AutoConv2D,
     Capsule,
     CapsuleAttention,
     CapsulePruning,
@@ -22,6 +23,7 @@ from keras_capsules.layers import (
     ConvCapsule1D,
     ConvCapsule2D,
     ConvMatrixCapsule,
+    DepthwisePrimaryCapsule,
     Length,
     Mask,
     PrimaryCapsule,
@@ -29,7 +31,13 @@ from keras_capsules.layers import (
     StridedConv2D,
 )
 from keras_capsules.losses import MarginLoss, SpreadLoss
-from keras_capsules.models import BackboneCapsNet, CapsNet, EfficientCapsNet, MatrixCapsNet
+from keras_capsules.models import (
+    BackboneCapsNet,
+    CapsNet,
+    CapsuleImageClassifier,
+    EfficientCapsNet,
+    MatrixCapsNet,
+)
 from keras_capsules.ops import efficient_squash, safe_norm, sparsemax, squash
 from keras_capsules.routing import (
     DynamicRouting,

@@ -5,18 +5,18 @@ from keras import ops
 
 from keras_capsules import routing
 from keras_capsules.conv import IMPLEMENTATIONS
-from keras_capsules.layers._common import serialize_router
 from keras_capsules.layers.matrix_capsule import (
     ClassMatrixCapsule,
     ConvMatrixCapsule,
     PrimaryMatrixCapsule,
 )
-from keras_capsules.layers.strided_conv import StridedConv2D
+from keras_capsules.layers.auto_conv2d import StridedConv2D
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.models._compile import AutoXLACompile
 from keras_capsules.labels import one_hot
 from keras_capsules.models.base import ClassIdCheck
 from keras_capsules.routing.em import EMRouting
+from keras_capsules.routing.layer_router import serialize_router
 from keras_capsules.validation import (
     int_tuple,
     one_of,
