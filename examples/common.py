@@ -20,7 +20,7 @@ import time
 import keras  # Before tensorflow: torch and TF clash if TF loads first.
 
 from keras_capsules import distribute, routing
-from keras_capsules.conv import YNN_CONVOLUTIONS_OFF
+from xla_flags import YNN_CONVOLUTIONS_OFF
 
 MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
 SMOKE_BATCH_SIZE = 4

@@ -25,6 +25,7 @@ from keras_capsules import (
     routing,
 )
 from keras_capsules.layers import (
+    AutoConv2D,
     Capsule,
     CapsuleAttention,
     CapsulePruning,
@@ -32,6 +33,7 @@ from keras_capsules.layers import (
     ConvCapsule1D,
     ConvCapsule2D,
     ConvMatrixCapsule,
+    DepthwisePrimaryCapsule,
     Length,
     Mask,
     PrimaryCapsule,
@@ -39,7 +41,13 @@ from keras_capsules.layers import (
     StridedConv2D,
 )
 from keras_capsules.losses import MarginLoss, SpreadLoss
-from keras_capsules.models import BackboneCapsNet, CapsNet, EfficientCapsNet, MatrixCapsNet
+from keras_capsules.models import (
+    BackboneCapsNet,
+    CapsNet,
+    CapsuleImageClassifier,
+    EfficientCapsNet,
+    MatrixCapsNet,
+)
 from keras_capsules.ops import efficient_squash, safe_norm, sparsemax, squash
 from keras_capsules.routing import (
     DynamicRouting,

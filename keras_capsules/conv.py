@@ -1,4 +1,4 @@
-"""Sliding windows as strided slices, and 2-D convolution built on them.
+"""2-D convolution computed four ways, and the rule that picks one.
 
 A convolution can be computed four ways (`conv2d`): natively, as `kh * kw`
 strided slices, concatenated, and one matmul (whose backward pass is a
@@ -8,29 +8,27 @@ stride-sized blocks (space to depth; every gradient is then a stride-1
 convolution's). Which is fastest depends on the backend, the device and
 whether XLA compiles the step: the `implementation=` argument of the
 layers, and the rule its `"auto"` follows, are explained once, in
-`resolve_implementation`; ready models tell their layers about XLA
-(`set_xla`).
+`resolve_implementation`; ready models tell their convolving layers about
+XLA (`set_xla`, which sets their `xla` attribute).
 
-The same per-offset slices give the windows of the convolutional capsule
-layers (`extract_windows`).
+The sliding windows the matmul forms slice are in `keras_capsules.windows`.
 """
 
-import itertools
 import os
 import re
 
 import keras
 from keras import ops
 
+from keras_capsules.windows import extract_patches, same_padding, window_output_shape
+
 IMPLEMENTATIONS = ("auto", "conv", "matmul", "hybrid", "space_to_depth")
-# The XLA flag that turns off jaxlib's YNNPACK convolutions (`ynn_convolutions_off`).
-YNN_CONVOLUTIONS_OFF = "--xla_cpu_experimental_ynn_fusion_type=-individual_convolution"
 
 
 def resolve_implementation(implementation, strides, inputs=None, xla=None):
     """The `implementation=` rule of every layer that convolves.
 
-    `StridedConv2D`, `PrimaryCapsule`, `PrimaryMatrixCapsule`,
+    `AutoConv2D`, `PrimaryCapsule`, `PrimaryMatrixCapsule`,
     `MatrixCapsNet` (and the layers and models built on them) take
     `implementation`, one of:
 
@@ -45,7 +43,8 @@ def resolve_implementation(implementation, strides, inputs=None, xla=None):
       gradients are stride-1 convolutions' too.
     - `"auto"` (the default): the one measured fastest for this backend
       and device, and, on TensorFlow, for whether XLA compiles it
-      (`xla`, which ready models set when compiled: `set_xla`).
+      (`xla`: the layer's `xla` attribute, which ready models set when
+      compiled: `set_xla`).
 
     What each costs on CPU (ms, 2 cores: forward, input and kernel
     gradients of CapsNet's primary convolution, 9x9 stride 2, 20x20x256
@@ -161,14 +160,17 @@ def cpu_only():
 
 
 def set_xla(layer, xla):
-    """Tells `layer` and every layer inside it whether XLA compiles them.
+    """Tells the convolving layers in `layer` whether XLA compiles them.
 
-    Sets the hint that `implementation="auto"` reads
-    (`resolve_implementation`'s `xla`) on `layer` and each layer nested in
-    it (through models' `layers` and layers' attributes) that has an
-    `implementation`. A runtime setting, never saved. The ready models call
-    it from `compile`; call it yourself when you compile a model of your
-    own that holds such layers.
+    Sets the `xla` attribute, the hint that `implementation="auto"` reads
+    (`resolve_implementation`'s `xla`), of `layer` and of each layer nested
+    in it (through models' `layers` and layers' attributes) that is one of
+    this library's convolving layers: `keras_capsules.layers.AutoConv2D`
+    (and `StridedConv2D`), `PrimaryCapsule` and `PrimaryMatrixCapsule`.
+    Other layers are left alone. A runtime setting, never saved; each of
+    those layers starts with `xla=None`. The ready models call it from
+    `compile`; call it yourself when you compile a model of your own that
+    holds such layers, or set `layer.xla` directly.
 
     Args:
         layer: a layer or model.
@@ -177,17 +179,29 @@ def set_xla(layer, xla):
 
     Example:
 
-    >>> from keras_capsules.conv import resolve_implementation, set_xla
+    >>> from keras_capsules.conv import set_xla
     >>> images = keras.Input((12, 12, 3))
     >>> primary = keras_capsules.layers.PrimaryCapsule(2, 4, 5, strides=2)
     >>> model = keras.Sequential([keras.Model(images, primary(images))])
+    >>> primary.xla is None
+    True
     >>> set_xla(model, False)
-    >>> primary._xla
+    >>> primary.xla
     False
     """
+    convolving = convolving_layer_classes()
     for sublayer in _layers_within(layer, set()):
-        if hasattr(sublayer, "implementation"):
-            sublayer._xla = xla
+        if isinstance(sublayer, convolving):
+            sublayer.xla = xla
+
+
+def convolving_layer_classes():
+    """The layer classes whose `xla` attribute `set_xla` sets."""
+    # Imported here: the layers import this module.
+    from keras_capsules.layers.auto_conv2d import AutoConv2D
+    from keras_capsules.layers.primary_convolution import PrimaryConvolution
+
+    return (AutoConv2D, PrimaryConvolution)
 
 
 def _layers_within(layer, seen):
@@ -348,141 +362,3 @@ def conv2d_space_to_depth(x, kernel, strides, padding):
     k = ops.transpose(ops.reshape(k, (bh, sh, bw, sw, cin, cout)), (0, 2, 1, 3, 4, 5))
     k = ops.reshape(k, (bh, bw, sh * sw * cin, cout))
     return ops.conv(x, k, strides=1, padding="valid")
-
-
-def extract_patches(x, kernel_size, strides, padding):
-    """`(batch, H, W, C)` -> `(batch, H', W', kh * kw * C)`, ordered
-    `(dy, dx, c)` like a flattened conv kernel.
-
-    Args:
-        x: images `(batch, H, W, C)`.
-        kernel_size, strides: pairs of ints.
-        padding: `"valid"` or `"same"`.
-
-    Returns:
-        the patches `(batch, H', W', kh * kw * C)`.
-
-    Example:
-
-    >>> from keras_capsules.conv import extract_patches
-    >>> x = ops.reshape(ops.arange(16, dtype="float32"), (1, 4, 4, 1))
-    >>> ops.convert_to_numpy(extract_patches(x, (2, 2), (2, 2), "valid"))[0, 0, 0]
-    array([0., 1., 4., 5.], dtype=float32)
-    """
-    return ops.concatenate(window_slices(x, kernel_size, strides, padding), axis=-1)
-
-
-def window_output_size(size, kernel, stride, padding):
-    """Output length of one spatial axis, as for a convolution.
-
-    Args:
-        size: the input length, or `None` (unknown).
-        kernel, stride: ints.
-        padding: `"valid"` or `"same"`.
-
-    Returns:
-        `ceil(size / stride)` for `"same"`, `(size - kernel) // stride + 1`
-        for `"valid"`; `None` for an unknown `size`.
-
-    Example:
-
-    >>> from keras_capsules.conv import window_output_size
-    >>> window_output_size(28, 9, 2, "valid"), window_output_size(28, 9, 2, "same")
-    (10, 14)
-    """
-    if size is None:
-        return None
-    if padding == "same":
-        return -(-size // stride)
-    return (size - kernel) // stride + 1
-
-
-def window_output_shape(spatial, kernel_size, strides, padding):
-    """`window_output_size` of every spatial axis, as a tuple.
-
-    Example:
-
-    >>> from keras_capsules.conv import window_output_shape
-    >>> window_output_shape((28, None), (9, 9), (2, 2), "valid")
-    (10, None)
-    """
-    return tuple(window_output_size(*a, padding) for a in zip(spatial, kernel_size, strides))
-
-
-def same_padding(spatial, kernel_size, strides):
-    """The `(before, after)` zero padding of each spatial axis that
-    `padding="same"` adds, as a convolution would: output `ceil(n / s)`,
-    `total = max((output - 1) * s + k - n, 0)`, `before = total // 2`.
-
-    Example:
-
-    >>> from keras_capsules.conv import same_padding
-    >>> same_padding((9, 8), (3, 3), (2, 2))
-    [(1, 1), (0, 1)]
-    """
-    pads = []
-    for n, k, s in zip(spatial, kernel_size, strides):
-        total = max((window_output_size(n, k, s, "same") - 1) * s + k - n, 0)
-        pads.append((total // 2, total - total // 2))
-    return pads
-
-
-def window_slices(x, kernel_size, strides, padding):
-    """`(batch, *grid, *rest)` -> `prod(kernel_size)` tensors `(batch,
-    *out_grid, *rest)`, one per kernel offset in row-major order.
-
-    Slice `o` holds, at output position `p`, the input at `p * strides + o`
-    (after padding): one strided slice per offset (a static loop over the
-    offsets, never over positions); the backward pass is the matching
-    scatter-add. `"same"` pads with zeros as a convolution would (output
-    `ceil(n / s)`, `pad_before = total // 2`).
-
-    Args:
-        x: `(batch, *grid, *rest)`, `len(kernel_size)` grid axes.
-        kernel_size, strides: tuples, one int per grid axis.
-        padding: `"valid"` or `"same"`.
-
-    Returns:
-        a list of `prod(kernel_size)` tensors `(batch, *out_grid, *rest)`.
-
-    Example:
-
-    >>> from keras_capsules.conv import window_slices
-    >>> slices = window_slices(ops.zeros((2, 5, 5, 3)), (3, 3), (2, 2), "valid")
-    >>> len(slices), tuple(slices[0].shape)
-    (9, (2, 2, 2, 3))
-    """
-    rank = len(kernel_size)
-    spatial = x.shape[1 : 1 + rank]
-    out = window_output_shape(spatial, kernel_size, strides, padding)
-    if padding == "same":
-        rest = len(x.shape) - 1 - rank
-        x = ops.pad(x, [(0, 0), *same_padding(spatial, kernel_size, strides)] + [(0, 0)] * rest)
-    slices = []
-    for offset in itertools.product(*(range(k) for k in kernel_size)):
-        index = tuple(
-            slice(d, d + (o - 1) * s + 1, s) for d, s, o in zip(offset, strides, out)
-        )
-        slices.append(x[(slice(None), *index)])
-    return slices
-
-
-def extract_windows(x, kernel_size, strides, padding):
-    """`(batch, *grid, *rest)` -> `(batch, *out_grid, prod(kernel_size), *rest)`.
-
-    Window `w` of output position `p` holds the inputs at `p * strides +
-    offset` (after padding), with the kernel offsets in row-major order:
-    the strided slices of `window_slices`, stacked.
-
-    Args and Returns: as for `window_slices`, the windows stacked on a new
-    axis after the output grid.
-
-    Example (the 3x3 windows of a grid of 4x4 capsule poses):
-
-    >>> from keras_capsules.conv import extract_windows
-    >>> windows = extract_windows(ops.zeros((2, 6, 6, 8, 16)), (3, 3), (1, 1), "valid")
-    >>> tuple(windows.shape)
-    (2, 4, 4, 9, 8, 16)
-    """
-    slices = window_slices(x, kernel_size, strides, padding)
-    return ops.stack(slices, axis=1 + len(kernel_size))

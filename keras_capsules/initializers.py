@@ -143,3 +143,21 @@ def transform_initializer(vote_stddev, input_length=INPUT_LENGTH):
     return keras.initializers.TruncatedNormal(
         stddev=vote_stddev / input_length / _TRUNCATED_STDDEV
     )
+
+
+def householder_initializer():
+    """The default initializer of Householder vectors (`orthogonal=True` in
+    `Capsule` and `ConvCapsule1D/2D`).
+
+    The transforms they make are orthogonal whatever the vectors' scale, so
+    the votes keep the children's lengths and need no derived scale.
+
+    Returns:
+        a `keras.initializers.GlorotUniform`.
+
+    Example:
+
+    >>> type(keras_capsules.initializers.householder_initializer()).__name__
+    'GlorotUniform'
+    """
+    return keras.initializers.GlorotUniform()

@@ -96,14 +96,20 @@ def test_set_xla_reaches_nested_layers():
     hinted = {
         capsnet: [capsnet.features.get_layer("primary")],
         efficient: [efficient.features.get_layer(f"conv{i}") for i in (1, 2, 3, 4)],
-        matrix: [matrix, matrix.network.get_layer("conv"),
+        matrix: [matrix.network.get_layer("conv"),
                  matrix.network.get_layer("primary_capsules")],
     }
     for model, layers in hinted.items():
-        assert all(getattr(layer, "_xla", None) is None for layer in layers)
+        assert all(layer.xla is None for layer in layers)
         for xla in (True, False, None):
             set_xla(model, xla)
-            assert [layer._xla for layer in layers] == [xla] * len(layers)
-    assert not hasattr(capsnet.decoder.layers[0], "_xla")  # no `implementation`
+            assert [layer.xla for layer in layers] == [xla] * len(layers)
+    # Only this library's convolving layers: not the models, not a decoder's
+    # Dense, not Keras's own layers that have an `implementation`.
+    assert not hasattr(matrix, "xla")
+    assert not hasattr(capsnet.decoder.layers[0], "xla")
+    cell = keras.layers.LSTMCell(2)
+    set_xla(keras.Sequential([keras.layers.RNN(cell)]), True)
+    assert not hasattr(cell, "xla")
     # A runtime hint: not in the config.
-    assert "_xla" not in str(matrix.network.get_layer("conv").get_config())
+    assert "xla" not in matrix.network.get_layer("conv").get_config()

@@ -3,21 +3,17 @@
 import keras
 from keras import ops
 
-from keras_capsules.initializers import transform_initializer
-from keras_capsules.layers._common import (
-    build_router,
-    call_router,
-    get_router,
-    householder_initializer,
-    serialize_router,
-    set_weight_arguments,
-    split_capsule_inputs,
-    weight_arguments_config,
-    weight_options,
-)
+from keras_capsules.initializers import householder_initializer, transform_initializer
+from keras_capsules.layers._common import split_capsule_inputs
 from keras_capsules.ops import compute_dtype_for, householder_orthogonal
 from keras_capsules.routing.base import check_activations_shape
 from keras_capsules.routing.dynamic import DynamicRouting
+from keras_capsules.routing.layer_router import (
+    build_router,
+    call_router,
+    get_router,
+    serialize_router,
+)
 from keras_capsules.validation import positive_int
 
 
@@ -132,9 +128,9 @@ class Capsule(keras.layers.Layer):
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.router = get_router(router, DynamicRouting, self.dtype_policy)
         self.share_weights = bool(share_weights)
-        set_weight_arguments(
-            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
-        )
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
         self.return_activations = bool(return_activations)
         self.orthogonal = bool(orthogonal)
 
@@ -159,13 +155,15 @@ class Capsule(keras.layers.Layer):
             # Not autocast: the reflections are computed in float32.
             self.householder = self.add_weight(
                 name="householder", shape=(*prefix, n, n), autocast=False,
-                **weight_options(self, "kernel", householder_initializer),
+                initializer=self.kernel_initializer or householder_initializer(),
+                regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
             )
         else:
             vote_stddev = self.router.vote_stddev(in_caps, self.num_capsules, self.capsule_dim)
             self.kernel = self.add_weight(
                 name="kernel", shape=(*prefix, in_dim, self.capsule_dim),
-                **weight_options(self, "kernel", lambda: transform_initializer(vote_stddev)),
+                initializer=self.kernel_initializer or transform_initializer(vote_stddev),
+                regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
             )
         build_router(
             self.router, (batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape
@@ -213,6 +211,8 @@ class Capsule(keras.layers.Layer):
             share_weights=self.share_weights,
             return_activations=self.return_activations,
             orthogonal=self.orthogonal,
-            **weight_arguments_config(self, "kernel"),
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+            kernel_constraint=keras.constraints.serialize(self.kernel_constraint),
         )
         return config

@@ -3,11 +3,6 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers._common import (
-    set_weight_arguments,
-    weight_arguments_config,
-    weight_options,
-)
 from keras_capsules.ops import compute_dtype_for, masked_softmax, squash, top_k_softmax
 from keras_capsules.validation import positive_int
 
@@ -90,9 +85,9 @@ class CapsuleAttention(keras.layers.Layer):
         self.top_k = None if top_k is None else positive_int(top_k, "top_k")
         self.window_size = None if window_size is None else positive_int(window_size, "window_size")
         self.squash_output = bool(squash_output)
-        set_weight_arguments(
-            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
-        )
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
 
     def build(self, input_shape):
         if len(input_shape) != 3 or input_shape[-1] is None:
@@ -115,7 +110,9 @@ class CapsuleAttention(keras.layers.Layer):
         # kernels are read in float32, not rounded to float16 first.
         for name in ("query_kernel", "key_kernel"):
             setattr(self, name, self.add_weight(
-                name=name, shape=(dim, dim), autocast=False, **weight_options(self, "kernel")
+                name=name, shape=(dim, dim), autocast=False,
+                initializer=self.kernel_initializer, regularizer=self.kernel_regularizer,
+                constraint=self.kernel_constraint,
             ))
 
     def call(self, inputs, return_attention_scores=False):
@@ -173,6 +170,8 @@ class CapsuleAttention(keras.layers.Layer):
             top_k=self.top_k,
             window_size=self.window_size,
             squash_output=self.squash_output,
-            **weight_arguments_config(self, "kernel"),
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+            kernel_constraint=keras.constraints.serialize(self.kernel_constraint),
         )
         return config

@@ -11,22 +11,18 @@ from keras_capsules.initializers import (
     MATRIX_ROW_LENGTH,
     transform_initializer,
 )
-from keras_capsules.layers._common import (
-    POSE_SIZE,
-    build_router,
-    call_router,
-    check_matrix_inputs,
-    get_router,
-    serialize_router,
-    set_weight_arguments,
-    weight_arguments_config,
-    weight_options,
-)
-from keras_capsules.layers.conv_capsule import WindowedCapsule
-from keras_capsules.layers.primary_capsule import PrimaryConvolution
+from keras_capsules.layers._common import POSE_SIZE, check_matrix_inputs
+from keras_capsules.layers.primary_convolution import PrimaryConvolution
+from keras_capsules.layers.windowed_capsule import WindowedCapsule
 from keras_capsules.ops import compute_dtype_for
 from keras_capsules.routing.em import EMRouting
-from keras_capsules.validation import int_tuple, pop_renamed, positive_int, renamed_config
+from keras_capsules.routing.layer_router import (
+    build_router,
+    call_router,
+    get_router,
+    serialize_router,
+)
+from keras_capsules.validation import int_tuple, positive_int, renamed_config
 
 
 def _primary_matrix_initializers():
@@ -87,19 +83,21 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
     """Primary matrix capsules: a pose conv and an activation conv.
 
     ```
-    poses       = reshape(conv2d(x, W_pose) + b_pose, (batch, H', W', n, prod(pose_shape)))
+    poses       = reshape(conv2d(x, W_pose) + b_pose, (batch, H', W', n, 16))
     activations = sigmoid(conv2d(x, W_act) + b_act)          # (batch, H', W', n)
     ```
 
     Both convolutions run as one, on the kernels concatenated along the
-    output channels. `ConvMatrixCapsule` and `ClassMatrixCapsule` take 4x4
-    poses (the default `pose_shape`).
+    output channels. Poses are 4x4 matrices, as `ConvMatrixCapsule` and
+    `ClassMatrixCapsule` take them.
 
     Args:
         num_capsules: int, capsule types `n` per position (32 in the paper).
         kernel_size, strides: int or pair (1 and 1 in the paper).
         padding: `"valid"` or `"same"`.
-        pose_shape: pair, the pose matrix shape, `(4, 4)`.
+        pose_shape: the pose matrix shape: `(4, 4)`, the only one the
+            matrix layers take (any other is a `ValueError`); kept so that
+            configs that name it load.
         kernel_initializer, bias_initializer: initializers of both
             convolutions' kernels (`W_pose`, `W_act`) and biases (`b_pose`,
             `b_act`); `None`, the default: poses start with elements of
@@ -122,7 +120,7 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
 
     Returns:
         `[poses, activations]`: poses of shape `(batch, H', W', num_capsules,
-        prod(pose_shape))` (row-major pose matrices) and activations in
+        16)` (row-major 4x4 pose matrices) and activations in
         `(0, 1)` of shape `(batch, H', W', num_capsules)`, `H', W'` as for a
         convolution.
 
@@ -159,6 +157,13 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
             kernel_constraint, bias_constraint, **kwargs,
         )
         self.pose_shape = int_tuple(pose_shape, 2, "pose_shape")
+        if self.pose_shape != (4, 4):
+            # `ConvMatrixCapsule`, `ClassMatrixCapsule` and EM routing's
+            # votes multiply 4x4 matrices.
+            raise ValueError(
+                "`pose_shape` must be (4, 4): the matrix capsule layers take 4x4 "
+                f"pose matrices. Received: pose_shape={pose_shape!r}"
+            )
 
     def build(self, input_shape):
         self._check_images(input_shape)
@@ -169,10 +174,13 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
             setattr(self, f"{name}_kernel", self.add_weight(
                 name=f"{name}_kernel",
                 shape=(*self.kernel_size, input_shape[-1], filters),
-                **weight_options(self, "kernel", kernel_default),
+                initializer=self.kernel_initializer or kernel_default(),
+                regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
             ))
             setattr(self, f"{name}_bias", self.add_weight(
-                name=f"{name}_bias", shape=(filters,), **weight_options(self, "bias", bias_default)
+                name=f"{name}_bias", shape=(filters,),
+                initializer=self.bias_initializer or bias_default(),
+                regularizer=self.bias_regularizer, constraint=self.bias_constraint,
             ))
 
     def call(self, inputs):
@@ -313,8 +321,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
     Default router: `EMRouting()`.
 
     Args:
-        num_capsules: int, number of class capsules (one per class). The old
-            keyword `num_classes` still works, with a `DeprecationWarning`.
+        num_capsules: int, number of class capsules (one per class).
         router: a router, or its name or config (`keras_capsules.routing.get`);
             default `EMRouting()`.
         coordinate_addition: bool, add the scaled child coordinates to the
@@ -350,7 +357,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
 
     def __init__(
         self,
-        num_capsules=None,
+        num_capsules,
         router=None,
         coordinate_addition=True,
         kernel_initializer=None,
@@ -358,22 +365,13 @@ class ClassMatrixCapsule(keras.layers.Layer):
         kernel_constraint=None,
         **kwargs,
     ):
-        name = "num_capsules"
-        num_classes = pop_renamed(kwargs, "num_classes", name, "ClassMatrixCapsule")
-        if num_classes is not None:
-            if num_capsules is not None:
-                raise ValueError(
-                    "Give `num_capsules` only (`num_classes` is its old name). "
-                    f"Received: num_capsules={num_capsules!r}, num_classes={num_classes!r}"
-                )
-            num_capsules, name = num_classes, "num_classes"
         super().__init__(**kwargs)
-        self.num_capsules = positive_int(num_capsules, name)
+        self.num_capsules = positive_int(num_capsules, "num_capsules")
         self.router = get_router(router, EMRouting, self.dtype_policy)
         self.coordinate_addition = bool(coordinate_addition)
-        set_weight_arguments(
-            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
-        )
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
 
     def build(self, input_shape):
         poses_shape, _ = check_matrix_inputs(self.__class__.__name__, input_shape)
@@ -386,8 +384,9 @@ class ClassMatrixCapsule(keras.layers.Layer):
         in_caps = height * width * types
         self.kernel = self.add_weight(
             name="kernel", shape=(types, self.num_capsules, 4, 4),
-            **weight_options(self, "kernel", matrix_transform_initializer(
-                self.router, in_caps, self.num_capsules)),
+            initializer=self.kernel_initializer or matrix_transform_initializer(
+                self.router, in_caps, self.num_capsules)(),
+            regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
         )
         # See WindowedCapsule.build.
         build_router(self.router, (None, in_caps, self.num_capsules, POSE_SIZE), (None, in_caps))
@@ -414,6 +413,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config):
+        # Configs written before `num_classes` became `num_capsules` (0.1).
         return super().from_config(renamed_config(config, {"num_classes": "num_capsules"}))
 
     def get_config(self):
@@ -422,7 +422,9 @@ class ClassMatrixCapsule(keras.layers.Layer):
             num_capsules=self.num_capsules,
             router=serialize_router(self.router),
             coordinate_addition=self.coordinate_addition,
-            **weight_arguments_config(self, "kernel"),
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+            kernel_constraint=keras.constraints.serialize(self.kernel_constraint),
         )
         return config
 

@@ -3,71 +3,10 @@
 import keras
 from keras import ops
 
-from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation
 from keras_capsules.initializers import primary_bias_initializer, primary_kernel_initializer
-from keras_capsules.layers._common import (
-    check_kernel_fits,
-    set_weight_arguments,
-    weight_arguments_config,
-    weight_options,
-)
+from keras_capsules.layers.primary_convolution import PrimaryConvolution
 from keras_capsules.ops import squash
-from keras_capsules.validation import int_tuple, one_of, positive_int
-
-
-class PrimaryConvolution(keras.layers.Layer):
-    """Base of the primary capsule layers: the arguments, checks and call
-    of their one 2-D convolution of `(batch, height, width, channels)`
-    images (see `PrimaryCapsule`)."""
-
-    def __init__(
-        self, num_capsules, kernel_size, strides, padding, kernel_initializer,
-        bias_initializer, implementation, kernel_regularizer, bias_regularizer,
-        kernel_constraint, bias_constraint, **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.num_capsules = positive_int(num_capsules, "num_capsules")
-        self.kernel_size = int_tuple(kernel_size, 2, "kernel_size")
-        self.strides = int_tuple(strides, 2, "strides")
-        self.padding = one_of(padding, ("valid", "same"), "padding")
-        set_weight_arguments(
-            self, "kernel", kernel_initializer, kernel_regularizer, kernel_constraint
-        )
-        set_weight_arguments(self, "bias", bias_initializer, bias_regularizer, bias_constraint)
-        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
-
-    def _check_images(self, input_shape):
-        if len(input_shape) != 4 or input_shape[-1] is None:
-            raise ValueError(
-                f"{self.__class__.__name__} expects images of shape (batch, height, "
-                f"width, channels). Received: input_shape={tuple(input_shape)}"
-            )
-        self._output_grid(input_shape)
-
-    def _output_grid(self, input_shape):
-        return check_kernel_fits(
-            self.__class__.__name__, "input", input_shape[1:3], self.kernel_size,
-            self.strides, self.padding,
-        )
-
-    def _conv(self, inputs, kernel, bias):
-        implementation = resolve_implementation(
-            self.implementation, self.strides, inputs, xla=getattr(self, "_xla", None)
-        )
-        return conv2d(inputs, kernel, self.strides, self.padding, implementation) + bias
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_capsules=self.num_capsules,
-            kernel_size=self.kernel_size,
-            strides=self.strides,
-            padding=self.padding,
-            implementation=self.implementation,
-            **weight_arguments_config(self, "kernel"),
-            **weight_arguments_config(self, "bias"),
-        )
-        return config
+from keras_capsules.validation import positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -120,6 +59,10 @@ class PrimaryCapsule(PrimaryConvolution):
             bias, or `None`.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
 
+    Attributes:
+        xla: the hint `implementation="auto"` reads (see
+            `keras_capsules.layers.PrimaryConvolution`).
+
     Call arguments:
         inputs: images `x` of shape `(batch, height, width, channels)`.
 
@@ -168,11 +111,13 @@ class PrimaryCapsule(PrimaryConvolution):
         dim = self.capsule_dim
         self.kernel = self.add_weight(
             name="kernel", shape=(*self.kernel_size, input_shape[-1], filters),
-            **weight_options(self, "kernel", lambda: primary_kernel_initializer(dim)),
+            initializer=self.kernel_initializer or primary_kernel_initializer(dim),
+            regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
         )
         self.bias = self.add_weight(
             name="bias", shape=(filters,),
-            **weight_options(self, "bias", lambda: primary_bias_initializer(dim)),
+            initializer=self.bias_initializer or primary_bias_initializer(dim),
+            regularizer=self.bias_regularizer, constraint=self.bias_constraint,
         )
 
     def call(self, inputs):

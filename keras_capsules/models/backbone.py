@@ -2,15 +2,15 @@
 
 import keras
 
-from keras_capsules.layers._common import serialize_router
 from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.models.base import CapsuleClassifier
+from keras_capsules.routing.layer_router import serialize_router
 from keras_capsules.validation import int_tuple, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class BackboneCapsNet(CapsuleClassifier):
+class CapsuleImageClassifier(CapsuleClassifier):
     """Primary capsules, routed class capsules and the margin loss on any backbone.
 
     ```
@@ -68,7 +68,7 @@ class BackboneCapsNet(CapsuleClassifier):
 
     >>> backbone = keras.Sequential([keras.Input((12, 12, 3)),
     ...                              keras.layers.Conv2D(8, 3, strides=2)])
-    >>> model = keras_capsules.models.BackboneCapsNet(
+    >>> model = keras_capsules.models.CapsuleImageClassifier(
     ...     backbone, 5, primary_capsules=4, capsule_dim=4, class_capsule_dim=8)
     >>> model.features.output_shape        # 5 x 5 positions x 4 capsule types
     (None, 100, 4)
@@ -166,3 +166,24 @@ def _known_input_shape(backbone):
             f"known image input shape. Received: backbone input shape {shape}"
         )
     return shape
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class BackboneCapsNet(CapsuleImageClassifier):
+    """The old name of `CapsuleImageClassifier`, kept as an alias.
+
+    The same model: `keras_capsules>BackboneCapsNet` in `.keras` files
+    loads as this class. New code uses `CapsuleImageClassifier`.
+
+    Args:
+        *args, **kwargs: as for `CapsuleImageClassifier`.
+
+    Returns:
+        as `CapsuleImageClassifier`.
+
+    Example:
+
+    >>> issubclass(keras_capsules.models.BackboneCapsNet,
+    ...            keras_capsules.models.CapsuleImageClassifier)
+    True
+    """

@@ -2,10 +2,10 @@
 
 import keras
 
-from keras_capsules.layers._common import serialize_router
 from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.models.base import CapsuleClassifier
+from keras_capsules.routing.layer_router import serialize_router
 from keras_capsules.validation import positive_int
 
 

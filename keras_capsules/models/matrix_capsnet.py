@@ -1,20 +1,19 @@
 """The matrix-capsule network of Hinton, Sabour & Frosst (2018)."""
 
 import keras
-from keras import ops
 
 from keras_capsules import routing
 from keras_capsules.conv import IMPLEMENTATIONS
-from keras_capsules.layers._common import serialize_router
 from keras_capsules.layers.matrix_capsule import (
     ClassMatrixCapsule,
     ConvMatrixCapsule,
     PrimaryMatrixCapsule,
 )
-from keras_capsules.layers.strided_conv import StridedConv2D
+from keras_capsules.layers.auto_conv2d import StridedConv2D
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.models.capsule_model import CapsuleModel
 from keras_capsules.routing.em import EMRouting
+from keras_capsules.routing.layer_router import serialize_router
 from keras_capsules.validation import one_of, positive_float, positive_int, renamed_config
 
 # The paper's letters for the layer sizes: the arguments' names in configs

@@ -39,10 +39,9 @@ class TestPrimaryMatrixCapsule(LayerTestCase):
             IMAGES, ((2, 2, 2, 3, 16), (2, 2, 2, 3)),
             expected_num_trainable_weights=4, expected_num_non_trainable_weights=0)
 
-    def test_pose_shape_strides_padding(self):
-        poses, activations = PrimaryMatrixCapsule(2, 3, strides=2, padding="same",
-                                                  pose_shape=(3, 3))(IMAGES)
-        assert tuple(poses.shape) == (2, 3, 3, 2, 9)
+    def test_strides_padding(self):
+        poses, activations = PrimaryMatrixCapsule(2, 3, strides=2, padding="same")(IMAGES)
+        assert tuple(poses.shape) == (2, 3, 3, 2, 16)
         a = to_numpy(activations)
         assert a.shape == (2, 3, 3, 2) and np.all((a > 0) & (a < 1))
 
@@ -51,6 +50,12 @@ class TestPrimaryMatrixCapsule(LayerTestCase):
             PrimaryMatrixCapsule(0)
         with pytest.raises(ValueError, match="pose_shape"):
             PrimaryMatrixCapsule(2, pose_shape=(4, 0))
+        # The matrix layers take 4x4 poses only.
+        with pytest.raises(ValueError, match=r"Received: pose_shape=\(3, 3\)"):
+            PrimaryMatrixCapsule(2, pose_shape=(3, 3))
+        assert PrimaryMatrixCapsule(2, pose_shape=[4, 4]).pose_shape == (4, 4)
+        with pytest.raises(ValueError, match="ndim=4"):
+            PrimaryMatrixCapsule(2)(keras.Input((5, 5)))
         with pytest.raises(ValueError, match="kernel_size"):
             PrimaryMatrixCapsule(2, 7)(keras.Input((5, 5, 3)))
         with pytest.raises(ValueError, match="implementation='fft'"):
@@ -107,7 +112,7 @@ class TestClassMatrixCapsule(LayerTestCase):
             [POSES, GRID_ACTIVATIONS], {"kernel": ["kernel"]})
 
     def test_layer(self):
-        self.run_layer_test(ClassMatrixCapsule, {"num_classes": 3, "router": EM2},
+        self.run_layer_test(ClassMatrixCapsule, {"num_capsules": 3, "router": EM2},
                             [POSES, GRID_ACTIVATIONS], ((2, 3, 16), (2, 3)),
                             expected_num_trainable_weights=3, expected_num_non_trainable_weights=0)
 
@@ -142,16 +147,14 @@ def test_exported():
         assert getattr(keras_capsules, layer.__name__) is layer
 
 
-def test_class_matrix_capsule_num_classes_is_deprecated():
-    with pytest.warns(DeprecationWarning, match="num_capsules"):
-        layer = keras_capsules.ClassMatrixCapsule(num_classes=3)
-    assert layer.num_capsules == 3
-    config = layer.get_config()
+def test_class_matrix_capsule_takes_num_capsules_only():
+    """`num_classes` was removed from the constructor (CHANGELOG.md)."""
+    with pytest.raises(TypeError):
+        keras_capsules.ClassMatrixCapsule(num_classes=3)
+    with pytest.raises(ValueError, match="num_classes"):
+        keras_capsules.ClassMatrixCapsule(3, num_classes=3)
+    config = keras_capsules.ClassMatrixCapsule(3).get_config()
     assert config["num_capsules"] == 3 and "num_classes" not in config
-    with pytest.raises(ValueError, match="num_classes=0"):
-        keras_capsules.ClassMatrixCapsule(num_classes=0)
-    with pytest.raises(ValueError, match="num_capsules=3, num_classes=4"):
-        keras_capsules.ClassMatrixCapsule(3, num_classes=4)
 
 
 def test_class_matrix_capsule_old_config_loads_silently():

@@ -4,7 +4,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_capsules.layers import Capsule, householder_orthogonal
+from keras_capsules.layers import Capsule
+from keras_capsules.ops import householder_orthogonal
 from keras_capsules.routing import SparseAttentionRouting
 from tests.test_case import LayerTestCase, jit_compile_for_backend, to_numpy
 

@@ -174,21 +174,21 @@ def check_compile_auto_and_xla_hint(model, conv_layer):
 
     def resolved():
         return resolve_implementation(conv_layer.implementation, conv_layer.strides,
-                                      xla=getattr(conv_layer, "_xla", None))
+                                      xla=conv_layer.xla)
 
     keras_auto = keras_auto_jit_compile()
     model.compile(optimizer="adam")
     if BACKEND == "tensorflow":  # on CPU here
         assert keras_auto is False and model.jit_compile is True
-        assert conv_layer._xla is True and resolved() == "matmul"
+        assert conv_layer.xla is True and resolved() == "matmul"
     else:
         assert model.jit_compile == keras_auto
-        assert getattr(conv_layer, "_xla", None) is (keras_auto if BACKEND == "jax" else None)
+        assert conv_layer.xla is (keras_auto if BACKEND == "jax" else None)
     for kwargs in ({"jit_compile": False}, {"run_eagerly": True}):
         model.compile(optimizer="adam", **kwargs)
         assert model.jit_compile is False
         if BACKEND == "tensorflow":
-            assert conv_layer._xla is False and resolved() == "conv"
+            assert conv_layer.xla is False and resolved() == "conv"
     # A loaded model comes back compiled as saved (Keras skips models whose
     # `compile` is overridden unless `compile_from_config` is too).
     model.compile(optimizer="adam", jit_compile=False)

@@ -276,7 +276,7 @@ for _rows, _cols in ((2, 4), (4, 3)):
             inputs=lambda rng, n=max(_rows, _cols): {"v": rng.normal(size=(3, n, n))},
             reference=lambda a, r=_rows, c=_cols: [ref.householder_orthogonal(a["v"], r, c)],
             forward=lambda layer, t, r=_rows, c=_cols: [
-                kc_layers.householder_orthogonal(t["v"], r, c)
+                kc_ops.householder_orthogonal(t["v"], r, c)
             ],
             diff=("v",),
         )

@@ -1,4 +1,5 @@
-"""A Keras `Conv2D` that avoids XLA's slow CPU convolutions."""
+"""`AutoConv2D`: a Keras `Conv2D` that computes its convolution the fastest
+way for the backend (and `StridedConv2D`, its old name)."""
 
 import keras
 
@@ -7,11 +8,12 @@ from keras_capsules.validation import one_of
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class StridedConv2D(keras.layers.Conv2D):
+class AutoConv2D(keras.layers.Conv2D):
     """`keras.layers.Conv2D` with a choice of how the convolution is computed.
 
-    Same arguments, weights and outputs as `keras.layers.Conv2D`, plus
-    `implementation`:
+    Any strides, stride 1 included. Same arguments, weights and outputs as
+    `keras.layers.Conv2D`, plus `implementation` (by default `"auto"`: the
+    fastest way for the backend, the device and XLA):
 
     ```
     y = activation(conv2d(x, kernel, strides, padding, implementation) + bias)
@@ -41,6 +43,12 @@ class StridedConv2D(keras.layers.Conv2D):
             `activation`, `kernel_initializer`, `kernel_regularizer`,
             `kernel_constraint`, the `bias_*` ones, ...).
 
+    Attributes:
+        xla: whether XLA compiles the layer, the hint `"auto"` reads:
+            `None` (unknown, the default), `True` or `False`. Set by the
+            ready models' `compile` (`keras_capsules.conv.set_xla`) or by
+            you; a runtime setting, not saved in the config.
+
     Call arguments:
         inputs: images of shape `(batch, height, width, channels)`
             (`data_format="channels_last"`, the default).
@@ -53,11 +61,11 @@ class StridedConv2D(keras.layers.Conv2D):
     implementations agreeing):
 
     >>> x = keras.Input((32, 32, 2))
-    >>> keras_capsules.layers.StridedConv2D(32, 5, strides=2, activation="relu")(x).shape
+    >>> keras_capsules.layers.AutoConv2D(32, 5, strides=2, activation="relu")(x).shape
     (None, 14, 14, 32)
     >>> images = np.linspace(-1, 1, 2 * 6 * 6 * 3, dtype="float32").reshape(2, 6, 6, 3)
-    >>> conv = keras_capsules.layers.StridedConv2D(4, 3, strides=2, implementation="conv")
-    >>> matmul = keras_capsules.layers.StridedConv2D(4, 3, strides=2, implementation="matmul")
+    >>> conv = keras_capsules.layers.AutoConv2D(4, 3, strides=2, implementation="conv")
+    >>> matmul = keras_capsules.layers.AutoConv2D(4, 3, strides=2, implementation="matmul")
     >>> y = conv(images)
     >>> matmul.build(images.shape)
     >>> matmul.set_weights(conv.get_weights())
@@ -71,9 +79,10 @@ class StridedConv2D(keras.layers.Conv2D):
     def __init__(self, filters, kernel_size, strides=(1, 1), implementation="auto", **kwargs):
         super().__init__(filters, kernel_size, strides=strides, **kwargs)
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
+        self.xla = None
         if self.implementation not in ("auto", "conv") and not self._matmul_supported():
             raise ValueError(
-                f"StridedConv2D(implementation={self.implementation!r}) supports channels_last, "
+                f"{self.__class__.__name__}(implementation={self.implementation!r}) supports channels_last, "
                 "dilation_rate=1 and groups=1 only. Received: "
                 f"data_format={self.data_format!r}, dilation_rate={self.dilation_rate}, "
                 f"groups={self.groups}"
@@ -88,7 +97,7 @@ class StridedConv2D(keras.layers.Conv2D):
 
     def convolution_op(self, inputs, kernel):
         implementation = resolve_implementation(
-            self.implementation, self.strides, inputs, xla=getattr(self, "_xla", None)
+            self.implementation, self.strides, inputs, xla=self.xla
         )
         if implementation != "conv" and not self._matmul_supported():
             implementation = "conv"
@@ -100,3 +109,29 @@ class StridedConv2D(keras.layers.Conv2D):
         config = super().get_config()
         config.update(implementation=self.implementation)
         return config
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class StridedConv2D(AutoConv2D):
+    """The old name of `AutoConv2D` (it serves stride-1 convolutions too).
+
+    The same layer: `keras_capsules>StridedConv2D` in `.keras` files
+    written by version 0.1 loads as this class, whose weights keep the
+    paths they were saved under (Keras names a model's layer weights after
+    their class). `MatrixCapsNet` and `EfficientCapsNet` build their
+    convolutions with it for that reason. New code uses `AutoConv2D`.
+
+    Args:
+        *args, **kwargs: as for `AutoConv2D`.
+
+    Call arguments:
+        inputs: as for `AutoConv2D`.
+
+    Returns:
+        as `AutoConv2D`.
+
+    Example:
+
+    >>> issubclass(keras_capsules.layers.StridedConv2D, keras_capsules.layers.AutoConv2D)
+    True
+    """
