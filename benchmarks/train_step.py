@@ -95,9 +95,10 @@ def keras_step(config, data):
     model, loss = build_model(config["model"])
     if config.get("implementation"):
         # Every layer that convolves computes it this way (same weights).
-        for layer in model._flatten_layers():
-            if hasattr(layer, "implementation"):
-                layer.implementation = config["implementation"]
+        from keras_capsules.conv import convolving_layers
+
+        for layer in convolving_layers(model):
+            layer.implementation = config["implementation"]
     model.compile(optimizer=keras.optimizers.Adam(), loss=loss, jit_compile=config["jit"])
     config["resolved_jit"] = model.jit_compile
     if loss is not None:  # MarginLoss takes one-hot labels

@@ -13,6 +13,7 @@ import os
 import socket
 import types
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
@@ -130,28 +131,46 @@ def _slices(ds, split, num_examples):
     return functools.reduce(lambda a, b: a.concatenate(b), parts)
 
 
+def _fake_feature(feature, count, rng):
+    """`count` random values of one TFDS feature, as its decoded tensors."""
+    if isinstance(feature, tfds.features.FeaturesDict):
+        return {key: _fake_feature(value, count, rng) for key, value in feature.items()}
+    shape = (count, *(8 if size is None else size for size in feature.shape))
+    dtype = tf.as_dtype(feature.dtype)
+    if isinstance(feature, tfds.features.ClassLabel):
+        return rng.integers(0, feature.num_classes, shape).astype(dtype.as_numpy_dtype)
+    if dtype == tf.string:
+        return np.full(shape, b"fake", object)
+    if dtype == tf.bool:
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.is_integer:
+        high = 256 if dtype == tf.uint8 else 10
+        return rng.integers(0, high, shape).astype(dtype.as_numpy_dtype)
+    return rng.uniform(size=shape).astype(dtype.as_numpy_dtype)
+
+
 @contextlib.contextmanager
-def mock_data(num_examples):
+def mock_data(num_examples, seed=0):
     """`tfds.testing.mock_data` in which split slices select their own examples.
 
     TFDS's mock gives the same `num_examples` fake examples for every split
     string, so `"train[:90%]"` and `"train[90%:]"` would be the same
-    examples. Here every split has `num_examples` examples and a slice
-    reads its part of them, the part TFDS's own split arithmetic gives
+    examples. Here every split has `num_examples` random examples of the
+    dataset's features, and a slice reads its part of them, the part
+    TFDS's own split arithmetic gives
     (`tfds.core.ReadInstruction.from_spec(split).to_absolute(...)`, as when
     it reads a prepared dataset), so a mocked training slice and its
     validation slice are disjoint as they are on real data. The fake
     examples are the same in every split: `"test"` repeats `"train"`.
     """
-    with tfds.testing.mock_data(num_examples=num_examples):
-        # The mock's reader of fake examples, which ignores the slice.
-        fake = tfds.core.dataset_builder.FileReaderBuilder._as_dataset
+    def sliced(builder, split, **kwargs):
+        examples = _fake_feature(builder.info.features, num_examples,
+                                 np.random.default_rng(seed))
+        ds = tf.data.Dataset.from_tensor_slices(examples)
+        return _slices(ds, split, num_examples)
 
-        def sliced(builder, split, **kwargs):
-            return _slices(fake(builder, split, **kwargs), split, num_examples)
-
-        with tfds.testing.mock_data(num_examples=num_examples, as_dataset_fn=sliced):
-            yield
+    with tfds.testing.mock_data(num_examples=num_examples, as_dataset_fn=sliced):
+        yield
 
 
 def _finish(ds, batch_size, training, shuffle_buffer, drop_remainder=False):

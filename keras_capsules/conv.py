@@ -189,10 +189,15 @@ def set_xla(layer, xla):
     >>> primary.xla
     False
     """
+    for sublayer in convolving_layers(layer):
+        sublayer.xla = xla
+
+
+def convolving_layers(layer):
+    """This library's convolving layers in `layer` (itself included), the
+    ones with an `implementation` and an `xla` hint (see `set_xla`)."""
     convolving = convolving_layer_classes()
-    for sublayer in _layers_within(layer, set()):
-        if isinstance(sublayer, convolving):
-            sublayer.xla = xla
+    return [sub for sub in _layers_within(layer, set()) if isinstance(sub, convolving)]
 
 
 def convolving_layer_classes():

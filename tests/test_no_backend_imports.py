@@ -2,7 +2,10 @@
 
 The one exception is `keras_capsules/distribute.py`, the launcher of
 multi-process training, which drives the backend's own engine: it imports
-that backend inside its functions only, so `import keras_capsules` loads none.
+that backend inside its functions only, so `import keras_capsules` loads none;
+and `keras_capsules/models/_compile.py`, which asks TensorFlow (on the
+TensorFlow backend only) whether `compile` runs under a `tf.distribute`
+strategy.
 """
 
 import ast
@@ -10,7 +13,7 @@ import pathlib
 
 BACKEND_MODULES = {"tensorflow", "torch", "jax", "jaxlib"}
 LIBRARY = pathlib.Path(__file__).resolve().parent.parent / "keras_capsules"
-LAZY_BACKEND_IMPORTS = {"distribute.py"}
+LAZY_BACKEND_IMPORTS = {"distribute.py", "models/_compile.py"}
 
 
 def backend_imports(nodes):

@@ -58,6 +58,30 @@ class CapsuleModel(keras.Model):
         num_classes: number of classes.
         labels_per_image: objects (class labels) per image, `>= 1`.
         **kwargs: `keras.Model` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        images: `(batch, height, width, channels)`.
+        training: whether the layers run in training mode.
+        return_poses: `True` for `(scores, poses)`, `False` for the
+            scores; `None` (default): `model.returns_poses`.
+
+    Returns:
+        class scores `(batch, num_classes)`, or `(scores, poses)`.
+
+    Example (the contract through a ready model):
+
+    >>> model = keras_capsules.models.CapsNet((20, 20, 1), 3, conv_filters=4,
+    ...     primary_capsules=2, primary_dim=4, capsule_dim=4, decoder_units=(8,))
+    >>> images = np.random.default_rng(0).uniform(size=(2, 20, 20, 1))
+    >>> scores, poses = model(images, return_poses=True)
+    >>> tuple(scores.shape), tuple(poses.shape), model.returns_poses
+    ((2, 3), (2, 3, 4), False)
+    >>> model.compile()  # Adam(1e-3), MarginLoss(), accuracy
+    >>> round(float(model.optimizer.learning_rate), 6) == model.default_learning_rate
+    True
+
+    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
+    NeurIPS 2017 (the margin loss and the label-masked reconstruction).
     """
 
     #: Adam's learning rate of `compile(optimizer="auto")`.

@@ -100,7 +100,7 @@ class EfficientCapsNet(CapsuleClassifier):
             x = keras.layers.ReLU(name=f"relu{i + 1}", dtype=dtype)(x)
         x = DepthwisePrimaryCapsule(16, 8, name="primary", dtype=dtype)(x)
         router = SelfAttentionRouting(dtype=dtype) if router is None else router
-        self._set_capsules(keras.Model(images, x, name="features"), Capsule(
+        self.set_capsules(keras.Model(images, x, name="features"), Capsule(
             self.num_classes, 16, router=router, kernel_initializer="he_normal",
             name="digit_capsules", dtype=dtype,
         ))
