@@ -332,8 +332,9 @@ def local_batches(x, y=None, batch_size=None, num_processes=1, process_id=0):
     Args:
         x: a batched `tf.data.Dataset` of `(inputs, labels)`, or inputs.
         y: labels when `x` is an array.
-        batch_size: the global batch size (arrays only), a multiple of
-            `num_processes`.
+        batch_size: the global batch size, a multiple of `num_processes`;
+            for a dataset, default its `element_spec`'s batch dimension or
+            the size of its first batch.
         num_processes, process_id: the processes, and this one.
 
     Returns:
@@ -371,21 +372,19 @@ def local_batches(x, y=None, batch_size=None, num_processes=1, process_id=0):
 
 
 def _dataset_batch_size(dataset, batch_size=None):
-    # The static batch dimension of the dataset's inputs (known when it was
-    # batched with drop_remainder=True), else the caller's batch_size.
+    # The caller's batch_size, else the static batch dimension of the
+    # dataset's inputs (known when batched with drop_remainder=True), else
+    # the size of its first batch (a last, smaller batch is dropped later).
     import tensorflow as tf
 
+    if batch_size is not None:
+        return int(batch_size)
     first = tf.nest.flatten(dataset.element_spec)[0]
-    known = first.shape[0] if first.shape.rank else None
-    if known is not None:
-        return int(known)
-    if batch_size is None:
-        raise ValueError(
-            "The global batch size of the dataset is not known from its element_spec "
-            "(batch it with drop_remainder=True) and no `batch_size` was given. "
-            f"Received: element_spec={dataset.element_spec}, batch_size=None"
-        )
-    return int(batch_size)
+    if first.shape.rank and first.shape[0] is not None:
+        return int(first.shape[0])
+    for batch in dataset.take(1):
+        return int(tf.nest.flatten(batch)[0].shape[0])
+    raise ValueError(f"`x` is an empty dataset. Received: x={dataset}")
 
 
 def _check_divisible(batch_size, num_processes):
