@@ -19,7 +19,6 @@ ValueError: `iterations` must be a positive integer. Received: iterations=0
 import math
 import numbers
 import operator
-import warnings
 
 
 def is_int(value):
@@ -102,19 +101,6 @@ def positive_float(value, name):
 def non_negative_float(value, name):
     """Returns `float(value)` if it is a finite number >= 0, else raises."""
     return finite_float(value, name, low=0.0, low_inclusive=True)
-
-
-def pop_renamed(kwargs, old, new, owner):
-    """The value given to `owner`'s deprecated keyword `old`, now `new`,
-    popped from `kwargs` with a `DeprecationWarning`; `None` if not given."""
-    if old not in kwargs:
-        return None
-    warnings.warn(
-        f"`{owner}({old}=...)` is deprecated; the argument is now `{new}`.",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return kwargs.pop(old)
 
 
 def renamed_config(config, renames):
