@@ -66,8 +66,10 @@ def batches(batch_size, count=2, seed=0):
     """`count` fixed (images, integer labels) batches, images in [0, 1]."""
     rng = np.random.default_rng(seed)
     return [
-        (rng.uniform(size=(batch_size, 28, 28, 1)).astype("float32"),
-         rng.integers(0, NUM_CLASSES, size=(batch_size,)).astype("int32"))
+        (
+            rng.uniform(size=(batch_size, 28, 28, 1)).astype("float32"),
+            rng.integers(0, NUM_CLASSES, size=(batch_size,)).astype("int32"),
+        )
         for _ in range(count)
     ]
 
@@ -76,8 +78,7 @@ def keras_variables(model):
     """The variables of a `keras_capsules.models.CapsNet()`, named as `SHAPES`."""
     conv = model.features.get_layer("conv")
     primary = model.features.get_layer("primary")
-    variables = [conv.kernel, conv.bias, primary.kernel, primary.bias,
-                 model.digit_capsules.kernel]
+    variables = [conv.kernel, conv.bias, primary.kernel, primary.bias, model.digit_capsules.kernel]
     for layer in model.decoder.layers:
         if layer.weights:
             variables += [layer.kernel, layer.bias]

@@ -47,12 +47,15 @@ def worker(config):
     backend = config["backend"]
     size, convs = SHAPES[config["shape"]]
     x = random_tensor((config["batch"], size, size, convs[0][2]))
-    kernels = [random_tensor((k, k, cin, cout), seed=i + 1) * 0.05
-               for i, (k, _, cin, cout) in enumerate(convs)]
+    kernels = [
+        random_tensor((k, k, cin, cout), seed=i + 1) * 0.05
+        for i, (k, _, cin, cout) in enumerate(convs)
+    ]
     modes = [True, False] if backend == "tensorflow" else [backend == "jax"]
     steps = {}
     for jit in modes:
         for impl in IMPLEMENTATIONS:
+
             def loss_fn(inp, *kernels, impl=impl):
                 # The convs chained as in the network; the input and every
                 # kernel get a gradient.
@@ -62,8 +65,9 @@ def worker(config):
                 return keras.ops.sum(y * y)
 
             steps[f"{impl}{'+xla' if jit else ''}"] = grad_step(loss_fn, jit=jit)
-    harness.reply("RESULT", **harness.time_interleaved(steps, x, *kernels,
-                                                      repeats=config["repeats"]))
+    harness.reply(
+        "RESULT", **harness.time_interleaved(steps, x, *kernels, repeats=config["repeats"])
+    )
 
 
 def main():
@@ -78,8 +82,10 @@ def main():
         return worker(json.loads(args.worker))
     for shape in args.shapes.split(","):
         size, convs = SHAPES[shape]
-        print(f"{shape}: batch {args.batch}, {size}x{size}x{convs[0][2]}, convs "
-              f"(kernel, stride, in, out) {convs}; fwd+bwd ms median (min) of {args.repeats}")
+        print(
+            f"{shape}: batch {args.batch}, {size}x{size}x{convs[0][2]}, convs "
+            f"(kernel, stride, in, out) {convs}; fwd+bwd ms median (min) of {args.repeats}"
+        )
         for backend in args.backends.split(","):
             config = dict(backend=backend, batch=args.batch, repeats=args.repeats, shape=shape)
             results, error = harness.measure(os.path.abspath(__file__), config)

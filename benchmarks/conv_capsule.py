@@ -38,8 +38,9 @@ def worker(config):
         parent_poses, parent_activations = layer([p, activations])
         return keras.ops.sum(parent_poses * parent_poses) + keras.ops.sum(parent_activations)
 
-    timing = harness.time_interleaved({"step": grad_step(loss_fn)}, poses, warmup=1,
-                                      repeats=config["repeats"])["step"]
+    timing = harness.time_interleaved(
+        {"step": grad_step(loss_fn)}, poses, warmup=1, repeats=config["repeats"]
+    )["step"]
     harness.reply("RESULT", median_ms=timing["median_ms"], min_ms=timing["min_ms"])
 
 
@@ -55,12 +56,19 @@ def main():
     if args.worker:
         return worker(json.loads(args.worker))
 
-    print(f"ConvMatrixCapsule {args.types}->{args.types} types, 3x3, stride 2, "
-          f"{args.grid}x{args.grid} grid, batch {args.batch}, EM 3 iterations: "
-          f"forward+backward, ms median (min) of {args.repeats}")
+    print(
+        f"ConvMatrixCapsule {args.types}->{args.types} types, 3x3, stride 2, "
+        f"{args.grid}x{args.grid} grid, batch {args.batch}, EM 3 iterations: "
+        f"forward+backward, ms median (min) of {args.repeats}"
+    )
     for backend in args.backends.split(","):
-        config = dict(backend=backend, batch=args.batch, grid=args.grid, types=args.types,
-                      repeats=args.repeats)
+        config = dict(
+            backend=backend,
+            batch=args.batch,
+            grid=args.grid,
+            types=args.types,
+            repeats=args.repeats,
+        )
         r, error = harness.measure(os.path.abspath(__file__), config)
         if r is None:
             print(f"{backend} failed: {error}", file=sys.stderr)

@@ -42,29 +42,59 @@ def launcher_env(backend, processes, process_id, ports):
     if processes == 1:
         return {}
     if backend == "torch":
-        return {"RANK": str(process_id), "LOCAL_RANK": str(process_id),
-                "WORLD_SIZE": str(processes), "MASTER_ADDR": "localhost",
-                "MASTER_PORT": str(ports[0])}
+        return {
+            "RANK": str(process_id),
+            "LOCAL_RANK": str(process_id),
+            "WORLD_SIZE": str(processes),
+            "MASTER_ADDR": "localhost",
+            "MASTER_PORT": str(ports[0]),
+        }
     if backend == "tensorflow":
-        return {"TF_CONFIG": json.dumps({
-            "cluster": {"worker": [f"localhost:{p}" for p in ports]},
-            "task": {"type": "worker", "index": process_id}})}
-    return {"JAX_COORDINATOR_ADDRESS": f"localhost:{ports[0]}",
-            "JAX_NUM_PROCESSES": str(processes), "JAX_PROCESS_ID": str(process_id)}
+        return {
+            "TF_CONFIG": json.dumps(
+                {
+                    "cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                    "task": {"type": "worker", "index": process_id},
+                }
+            )
+        }
+    return {
+        "JAX_COORDINATOR_ADDRESS": f"localhost:{ports[0]}",
+        "JAX_NUM_PROCESSES": str(processes),
+        "JAX_PROCESS_ID": str(process_id),
+    }
 
 
 def measure(backend, processes, args):
     threads = str(args.threads or max(1, os.cpu_count() // processes))
     ports = [free_port() for _ in range(processes)]
-    env = dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND=backend, OMP_NUM_THREADS=threads,
-               TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS="1",
-               XLA_FLAGS=f"--xla_cpu_multi_thread_eigen={'true' if threads != '1' else 'false'}")
-    workers = [subprocess.Popen(
-        [sys.executable, __file__, "--worker", str(args.batch), str(args.warmup),
-         str(args.steps)],
-        env=dict(env, **launcher_env(backend, processes, i, ports)), cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for i in range(processes)]
+    env = dict(
+        os.environ,
+        PYTHONPATH=ROOT,
+        KERAS_BACKEND=backend,
+        OMP_NUM_THREADS=threads,
+        TF_NUM_INTRAOP_THREADS=threads,
+        TF_NUM_INTEROP_THREADS="1",
+        XLA_FLAGS=f"--xla_cpu_multi_thread_eigen={'true' if threads != '1' else 'false'}",
+    )
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                str(args.batch),
+                str(args.warmup),
+                str(args.steps),
+            ],
+            env=dict(env, **launcher_env(backend, processes, i, ports)),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(processes)
+    ]
     try:
         outputs = [w.communicate(timeout=900)[0] for w in workers]
     finally:
@@ -103,8 +133,7 @@ def worker(batch, warmup, steps):
         dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch).repeat()
         model = kc.models.EfficientCapsNet()
         model.compile(optimizer="adam", jit_compile=keras.backend.backend() == "jax")
-        distribute.fit(model, dataset, steps_per_epoch=warmup + steps, callbacks=[timer],
-                       verbose=0)
+        distribute.fit(model, dataset, steps_per_epoch=warmup + steps, callbacks=[timer], verbose=0)
         if cluster is None or cluster.is_chief:
             print(json.dumps({"images_per_second": steps * batch / (timer.end - timer.start)}))
 
@@ -125,11 +154,17 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads per process (default: cores / processes)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads per process (default: cores / processes)",
+    )
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPU cores; EfficientCapsNet, global batch {args.batch}, "
-          f"{args.steps} timed steps, median of {args.repeats}")
+    print(
+        f"{os.cpu_count()} CPU cores; EfficientCapsNet, global batch {args.batch}, "
+        f"{args.steps} timed steps, median of {args.repeats}"
+    )
     counts = list(map(int, args.processes.split(",")))
     for backend in args.backends.split(","):
         runs = {n: [] for n in counts}
@@ -138,9 +173,12 @@ def main():
                 runs[n].append(measure(backend, n, args)["images_per_second"])
         rates = {n: harness.median_best(r, higher_is_better=True)[0] for n, r in runs.items()}
         for n in counts:
-            print(f"{backend:10s} {n} process(es): {rates[n]:7.1f} images/s "
-                  f"(runs: {', '.join(f'{r:.1f}' for r in runs[n])})"
-                  + (f"  x{rates[n] / rates[1]:.2f}" if 1 in rates else ""), flush=True)
+            print(
+                f"{backend:10s} {n} process(es): {rates[n]:7.1f} images/s "
+                f"(runs: {', '.join(f'{r:.1f}' for r in runs[n])})"
+                + (f"  x{rates[n] / rates[1]:.2f}" if 1 in rates else ""),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

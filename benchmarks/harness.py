@@ -103,8 +103,11 @@ def time_interleaved(fns, *args, warmup=2, repeats=5):
     timings = {}
     for name in names:
         median, best = median_best(wall[name])
-        timings[name] = {"median_ms": median, "min_ms": best,
-                         "median_cpu_ms": statistics.median(cpu[name])}
+        timings[name] = {
+            "median_ms": median,
+            "min_ms": best,
+            "median_cpu_ms": statistics.median(cpu[name]),
+        }
     return timings
 
 
@@ -126,15 +129,26 @@ class Worker:
         self.timeout = timeout if timeout else float("inf")
         self.buffer = b""
         # Several workers may live at once: JAX must not take 75% of a GPU each.
-        full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1",
-                    "XLA_PYTHON_CLIENT_PREALLOCATE": "false", **(env or {})}
+        full_env = {
+            **os.environ,
+            "TF_CPP_MIN_LOG_LEVEL": "3",
+            "PYTHONUNBUFFERED": "1",
+            "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+            **(env or {}),
+        }
         if config.get("backend"):
             full_env["KERAS_BACKEND"] = config["backend"]
         # A file, not a pipe: nobody reads stderr while the worker runs.
         self.stderr = tempfile.TemporaryFile("w+") if stderr == "keep" else None
         self.proc = subprocess.Popen(
-            [sys.executable, script, "--worker", json.dumps(config)], cwd=ROOT, env=full_env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0)
+            [sys.executable, script, "--worker", json.dumps(config)],
+            cwd=ROOT,
+            env=full_env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            bufsize=0,
+        )
 
     def read(self, kind):
         """The worker's next `kind` reply; None (and `error` set) if it died
@@ -146,7 +160,7 @@ class Worker:
                 line, self.buffer = self.buffer.split(b"\n", 1)
                 line = line.decode(errors="replace")
                 if line.startswith(kind + " "):
-                    return json.loads(line[len(kind) + 1:])
+                    return json.loads(line[len(kind) + 1 :])
             left = deadline - time.monotonic()
             wait = None if left == float("inf") else max(left, 0)  # None: no timeout
             ready, _, _ = select.select([fd], [], [], wait)

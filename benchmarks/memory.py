@@ -75,10 +75,14 @@ IN_DIM, OUT_DIM, ITERATIONS = 8, 16, 3
 # exceed.
 FIXED_MIB = 192
 VOTE_FACTORS = {
-    ("tensorflow", "dynamic"): 8, ("tensorflow", "em"): 12,
-    ("torch", "dynamic"): 6.5, ("torch", "em"): 12,
-    ("jax", "dynamic"): 3, ("jax", "em"): 8,
-    ("tensorflow+xla", "dynamic"): 3, ("tensorflow+xla", "em"): 8,  # --tf-jit
+    ("tensorflow", "dynamic"): 8,
+    ("tensorflow", "em"): 12,
+    ("torch", "dynamic"): 6.5,
+    ("torch", "em"): 12,
+    ("jax", "dynamic"): 3,
+    ("jax", "em"): 8,
+    ("tensorflow+xla", "dynamic"): 3,
+    ("tensorflow+xla", "em"): 8,  # --tf-jit
 }
 DEFAULT_VOTE_FACTOR = 12
 CALIBRATION_MIB = 32
@@ -99,8 +103,7 @@ def kernel_bytes(config):
 
 def estimate_bytes(config, factor):
     """Memory of a worker over its imports: model state plus the step."""
-    return (FIXED_MIB * MIB + STATE_COPIES * kernel_bytes(config)
-            + factor * votes_bytes(config))
+    return FIXED_MIB * MIB + STATE_COPIES * kernel_bytes(config) + factor * votes_bytes(config)
 
 
 # ----------------------------------------------------------------- worker
@@ -173,8 +176,11 @@ def device_name(backend):
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
-    return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "gpu") \
-        if gpus else "cpu"
+    return (
+        tf.config.experimental.get_device_details(gpus[0]).get("device_name", "gpu")
+        if gpus
+        else "cpu"
+    )
 
 
 def build_model(config):
@@ -197,8 +203,13 @@ def build_model(config):
         inputs, data, loss = poses_in, poses, kc.MarginLoss()
     else:
         router = kc.EMRouting(iterations=ITERATIONS, **router_args)
-        caps = kc.Capsule(classes, OUT_DIM, router=router, share_weights=config["share_weights"],
-                          return_activations=True)
+        caps = kc.Capsule(
+            classes,
+            OUT_DIM,
+            router=router,
+            share_weights=config["share_weights"],
+            return_activations=True,
+        )
         activations_in = keras.Input((children,), batch_size=batch)
         _, outputs = caps([poses_in, activations_in])
         activations = rng.uniform(size=(batch, children)).astype("float32")
@@ -241,15 +252,27 @@ def worker(config):
         before = status_mb("VmRSS")
         start = time.perf_counter()
         loss = float(keras.ops.convert_to_numpy(model.train_on_batch(data, labels)))
-        steps.append({"s": time.perf_counter() - start, "rss_before_mb": before,
-                      "peak_rss_mb": status_mb("VmHWM"), "rss_after_mb": status_mb("VmRSS"),
-                      "loss": loss, "peak_reset": resettable})
+        steps.append(
+            {
+                "s": time.perf_counter() - start,
+                "rss_before_mb": before,
+                "peak_rss_mb": status_mb("VmHWM"),
+                "rss_after_mb": status_mb("VmRSS"),
+                "loss": loss,
+                "peak_reset": resettable,
+            }
+        )
     device = device_bytes(backend)
     harness.reply(
-        "RESULT", imports_mb=imports_mb, built_mb=built_mb, steps=steps,
-        jit_compile=bool(model.jit_compile), params=model.count_params(),
+        "RESULT",
+        imports_mb=imports_mb,
+        built_mb=built_mb,
+        steps=steps,
+        jit_compile=bool(model.jit_compile),
+        params=model.count_params(),
         device=device_name(backend),
-        device_peak_over_built_mb=None if device is None else (device[1] - device_built) / MIB)
+        device_peak_over_built_mb=None if device is None else (device[1] - device_built) / MIB,
+    )
     os._exit(0)  # no interpreter teardown
 
 
@@ -269,8 +292,9 @@ class RssWatch:
         while not self.done.wait(0.1):
             try:
                 with open(f"/proc/{self.proc.pid}/status") as f:
-                    rss = next((int(line.split()[1]) / 1024 for line in f
-                                if line.startswith("VmRSS:")), 0)
+                    rss = next(
+                        (int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:")), 0
+                    )
             except OSError:
                 return
             if rss > self.limit_mb:
@@ -290,8 +314,9 @@ def run_worker(config, args):
     watch.stop()
     worker.close(quit=False)
     if watch.killed_at_mb:
-        return None, (f"killed: RSS {watch.killed_at_mb / 1024:.1f} GiB > "
-                      f"--max-gib + --kill-margin-gib")
+        return None, (
+            f"killed: RSS {watch.killed_at_mb / 1024:.1f} GiB > --max-gib + --kill-margin-gib"
+        )
     if result is None and worker.stderr_tail:
         print(worker.stderr_tail, file=sys.stderr)
     return result, worker.error
@@ -313,10 +338,21 @@ def summarise(row):
 def configurations(args):
     for backend in args.backends:
         for router in args.routers:
-            configs = [dict(backend=backend, router=router, classes=k, children=n,
-                            batch=args.batch, steps=args.steps, tf_jit=args.tf_jit,
-                            share_weights=args.share_weights, router_args=args.router_args)
-                       for k in args.classes for n in args.children]
+            configs = [
+                dict(
+                    backend=backend,
+                    router=router,
+                    classes=k,
+                    children=n,
+                    batch=args.batch,
+                    steps=args.steps,
+                    tf_jit=args.tf_jit,
+                    share_weights=args.share_weights,
+                    router_args=args.router_args,
+                )
+                for k in args.classes
+                for n in args.children
+            ]
             # Smallest first: their measurements raise the factor for the larger.
             yield backend, router, sorted(configs, key=votes_bytes)
 
@@ -333,8 +369,10 @@ def run(args):
             rows.append(row)
             name = f"{backend} {router} classes={config['classes']} children={config['children']}"
             if row["estimate_bytes"] > args.max_gib * GIB:
-                row["skipped"] = (f"skipped (est. {row['estimate_bytes'] / GIB:.1f} GiB > "
-                                  f"--max-gib {args.max_gib:g})")
+                row["skipped"] = (
+                    f"skipped (est. {row['estimate_bytes'] / GIB:.1f} GiB > "
+                    f"--max-gib {args.max_gib:g})"
+                )
                 log(f"{name}: {row['skipped']}")
                 continue
             log(f"{name}: est. {row['estimate_bytes'] / GIB:.2f} GiB")
@@ -349,10 +387,13 @@ def run(args):
             summarise(row)
             # Raise the factor if this row needed more than predicted.
             if row["votes_bytes"] >= CALIBRATION_MIB * MIB:
-                factor = max(factor, (row["measured_bytes"] - estimate_bytes(config, 0))
-                             / row["votes_bytes"])
-            log(f"{name}: peak {row['measured_bytes'] / MIB:.0f} MiB over imports "
-                f"({row['copies']:.1f} votes besides W and Adam), {row['wall_s']:.0f} s")
+                factor = max(
+                    factor, (row["measured_bytes"] - estimate_bytes(config, 0)) / row["votes_bytes"]
+                )
+            log(
+                f"{name}: peak {row['measured_bytes'] / MIB:.0f} MiB over imports "
+                f"({row['copies']:.1f} votes besides W and Adam), {row['wall_s']:.0f} s"
+            )
     return rows
 
 
@@ -380,17 +421,22 @@ def markdown(rows):
         + (" ---: |" if gpu else ""),
     ]
     for r in rows:
-        head = (f"| {r['backend']} | {compile_label(r)} | {r['router']} | {r['classes']} "
-                f"| {r['children']} | {r['votes_bytes'] / MIB:.0f} | {r['kernel_bytes'] / MIB:.0f} "
-                f"| {r['estimate_bytes'] / MIB:.0f} |")
+        head = (
+            f"| {r['backend']} | {compile_label(r)} | {r['router']} | {r['classes']} "
+            f"| {r['children']} | {r['votes_bytes'] / MIB:.0f} | {r['kernel_bytes'] / MIB:.0f} "
+            f"| {r['estimate_bytes'] / MIB:.0f} |"
+        )
         if r.get("skipped") or r.get("error"):
             cells = ["", "", "", ""] + ([""] if gpu else [])
-            lines.append(f"{head} {r.get('skipped') or 'failed: ' + r['error']} |"
-                         + " |".join(cells) + " |")
+            lines.append(
+                f"{head} {r.get('skipped') or 'failed: ' + r['error']} |" + " |".join(cells) + " |"
+            )
             continue
-        line = (f"{head} {r['measured_bytes'] / MIB:.0f} | {r['copies']:.1f} "
-                f"| {r['built_mb'] - r['imports_mb']:.0f} | {r['first_step_mb']:.0f} "
-                f"| {r['step_mb']:.0f} |")
+        line = (
+            f"{head} {r['measured_bytes'] / MIB:.0f} | {r['copies']:.1f} "
+            f"| {r['built_mb'] - r['imports_mb']:.0f} | {r['first_step_mb']:.0f} "
+            f"| {r['step_mb']:.0f} |"
+        )
         if gpu:
             device = r.get("device_peak_over_built_mb")
             line += f" {device:.0f} |" if device is not None else " |"
@@ -409,19 +455,31 @@ def main():
     parser.add_argument("--classes", default="10,100,1000")
     parser.add_argument("--children", default="1152,4608,18432")
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--max-gib", type=float, default=3.0,
-                        help="skip configurations estimated above this (GiB over imports)")
-    parser.add_argument("--kill-margin-gib", type=float, default=1.5,
-                        help="kill a worker whose RSS passes --max-gib plus this")
+    parser.add_argument(
+        "--max-gib",
+        type=float,
+        default=3.0,
+        help="skip configurations estimated above this (GiB over imports)",
+    )
+    parser.add_argument(
+        "--kill-margin-gib",
+        type=float,
+        default=1.5,
+        help="kill a worker whose RSS passes --max-gib plus this",
+    )
     parser.add_argument("--tf-jit", action="store_true", help="XLA on TensorFlow on a CPU too")
-    parser.add_argument("--share-weights", action="store_true",
-                        help="one transform per class, shared by all children")
-    parser.add_argument("--router-args", default="{}",
-                        help="JSON keyword arguments for every router's constructor")
-    parser.add_argument("--steps", type=int, default=2,
-                        help="training steps per worker (the first compiles)")
-    parser.add_argument("--timeout", type=float, default=600,
-                        help="seconds a worker may take")
+    parser.add_argument(
+        "--share-weights",
+        action="store_true",
+        help="one transform per class, shared by all children",
+    )
+    parser.add_argument(
+        "--router-args", default="{}", help="JSON keyword arguments for every router's constructor"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=2, help="training steps per worker (the first compiles)"
+    )
+    parser.add_argument("--timeout", type=float, default=600, help="seconds a worker may take")
     parser.add_argument("--json", help="write all rows to this file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -445,13 +503,15 @@ def main():
     start = time.perf_counter()
     rows = run(args)
     wall = time.perf_counter() - start
-    print(f"\nTraining-step memory, batch {args.batch}, {ITERATIONS} routing iterations, "
-          f"{'W shared by children' if args.share_weights else 'one W per child and class'}"
-          f"{', router args ' + json.dumps(args.router_args) if args.router_args else ''}; "
-          f"{args.steps} steps per worker; "
-          f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}); "
-          f"{wall:.0f} s in all; devices: "
-          f"{', '.join(sorted({r['device'] for r in rows if r.get('device')})) or 'none'}.")
+    print(
+        f"\nTraining-step memory, batch {args.batch}, {ITERATIONS} routing iterations, "
+        f"{'W shared by children' if args.share_weights else 'one W per child and class'}"
+        f"{', router args ' + json.dumps(args.router_args) if args.router_args else ''}; "
+        f"{args.steps} steps per worker; "
+        f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}); "
+        f"{wall:.0f} s in all; devices: "
+        f"{', '.join(sorted({r['device'] for r in rows if r.get('device')})) or 'none'}."
+    )
     print(markdown(rows))
     if args.json:
         with open(args.json, "w") as f:

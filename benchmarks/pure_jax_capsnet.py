@@ -18,7 +18,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-
 from capsnet_spec import ADAM, EPSILON, NUM_CLASSES, RECONSTRUCTION_WEIGHT, ROUTING_ITERATIONS
 
 
@@ -33,7 +32,8 @@ def default_primary():
 
 def conv(x, kernel, strides):
     return jax.lax.conv_general_dilated(
-        x, kernel, strides, "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        x, kernel, strides, "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
 
 
 def features(params, images, primary="matmul"):
@@ -43,7 +43,8 @@ def features(params, images, primary="matmul"):
         p = conv(h, params["primary_kernel"], (2, 2))
     else:
         patches = jnp.concatenate(
-            [h[:, dy:dy + 11:2, dx:dx + 11:2, :] for dy in range(9) for dx in range(9)], -1)
+            [h[:, dy : dy + 11 : 2, dx : dx + 11 : 2, :] for dy in range(9) for dx in range(9)], -1
+        )
         p = patches @ params["primary_kernel"].reshape(-1, params["primary_kernel"].shape[-1])
     p = p + params["primary_bias"]  # (B, 6, 6, 256)
     return squash(p.reshape(p.shape[0], -1, 8))
@@ -75,9 +76,13 @@ def loss_fn(params, images, labels, primary="matmul"):
     """Margin loss + 0.392 x reconstruction MSE; `labels` integer (B,)."""
     v, scores = forward(params, images, primary)
     onehot = jax.nn.one_hot(labels, NUM_CLASSES, dtype=v.dtype)
-    margin = jnp.mean(jnp.sum(
-        onehot * jax.nn.relu(0.9 - scores) ** 2
-        + 0.5 * (1.0 - onehot) * jax.nn.relu(scores - 0.1) ** 2, axis=-1))
+    margin = jnp.mean(
+        jnp.sum(
+            onehot * jax.nn.relu(0.9 - scores) ** 2
+            + 0.5 * (1.0 - onehot) * jax.nn.relu(scores - 0.1) ** 2,
+            axis=-1,
+        )
+    )
     decoded = decode(params, (v * onehot[..., None]).reshape(v.shape[0], -1))
     mse = jnp.mean((decoded - images.reshape(images.shape[0], -1)) ** 2)
     return margin + RECONSTRUCTION_WEIGHT * mse
@@ -85,19 +90,23 @@ def loss_fn(params, images, labels, primary="matmul"):
 
 def init_adam(params):
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    return {"m": zeros, "v": jax.tree_util.tree_map(jnp.zeros_like, params),
-            "step": jnp.zeros((), jnp.float32)}
+    return {
+        "m": zeros,
+        "v": jax.tree_util.tree_map(jnp.zeros_like, params),
+        "step": jnp.zeros((), jnp.float32),
+    }
 
 
 def adam_update(params, grads, state):
     """Keras's Adam: m, v moving averages; lr * sqrt(1 - b2^t) / (1 - b1^t)."""
     b1, b2, eps = ADAM["beta_1"], ADAM["beta_2"], ADAM["epsilon"]
     t = state["step"] + 1.0
-    alpha = ADAM["learning_rate"] * jnp.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
+    alpha = ADAM["learning_rate"] * jnp.sqrt(1.0 - b2**t) / (1.0 - b1**t)
     m = jax.tree_util.tree_map(lambda m, g: m + (g - m) * (1.0 - b1), state["m"], grads)
     v = jax.tree_util.tree_map(lambda v, g: v + (g * g - v) * (1.0 - b2), state["v"], grads)
     params = jax.tree_util.tree_map(
-        lambda p, m, v: p - alpha * m / (jnp.sqrt(v) + eps), params, m, v)
+        lambda p, m, v: p - alpha * m / (jnp.sqrt(v) + eps), params, m, v
+    )
     return params, {"m": m, "v": v, "step": t}
 
 

@@ -14,9 +14,14 @@ library's XLA-CPU trick). `F.conv2d` is the faster of the two on torch CPU
 
 import torch
 import torch.nn.functional as F
-
-from capsnet_spec import (ADAM, EPSILON, NUM_CLASSES, RECONSTRUCTION_WEIGHT, ROUTING_ITERATIONS,
-                          SHAPES)
+from capsnet_spec import (
+    ADAM,
+    EPSILON,
+    NUM_CLASSES,
+    RECONSTRUCTION_WEIGHT,
+    ROUTING_ITERATIONS,
+    SHAPES,
+)
 
 
 def squash(s):
@@ -59,7 +64,8 @@ class PureTorchCapsNet(torch.nn.Module):
             raise ValueError(f"primary must be 'conv' or 'matmul'. Received: primary={primary!r}")
         self.primary = primary
         self.weight = torch.nn.ParameterDict(
-            {k: torch.nn.Parameter(to_torch_layout(k, v, primary)) for k, v in weights.items()})
+            {k: torch.nn.Parameter(to_torch_layout(k, v, primary)) for k, v in weights.items()}
+        )
 
     def keras_layout(self, tensors):
         """{name: tensor in this module's layout} -> {name: NumPy in Keras layout}."""
@@ -76,7 +82,9 @@ class PureTorchCapsNet(torch.nn.Module):
         else:
             h = h.permute(0, 2, 3, 1)
             patches = torch.cat(
-                [h[:, dy:dy + 11:2, dx:dx + 11:2, :] for dy in range(9) for dx in range(9)], -1)
+                [h[:, dy : dy + 11 : 2, dx : dx + 11 : 2, :] for dy in range(9) for dx in range(9)],
+                -1,
+            )
             p = patches @ w["primary_kernel"] + w["primary_bias"]
         return squash(p.reshape(batch, -1, 8))
 
@@ -107,8 +115,14 @@ class PureTorchCapsNet(torch.nn.Module):
         """Margin loss + 0.392 x reconstruction MSE; `labels` integer (B,)."""
         v, scores = self(images)
         onehot = F.one_hot(labels.long(), NUM_CLASSES).to(v.dtype)
-        margin = (onehot * torch.relu(0.9 - scores) ** 2
-                  + 0.5 * (1.0 - onehot) * torch.relu(scores - 0.1) ** 2).sum(-1).mean()
+        margin = (
+            (
+                onehot * torch.relu(0.9 - scores) ** 2
+                + 0.5 * (1.0 - onehot) * torch.relu(scores - 0.1) ** 2
+            )
+            .sum(-1)
+            .mean()
+        )
         decoded = self.decode((v * onehot.unsqueeze(-1)).flatten(1))
         mse = ((decoded - images.flatten(1)) ** 2).mean()
         return margin + RECONSTRUCTION_WEIGHT * mse
@@ -123,8 +137,11 @@ def make_train_step(model, compile=False):
     """`step(images, labels) -> loss` (one Adam step); torch.compile on the
     loss (forward, and backward through AOTAutograd) when `compile`."""
     optimizer = torch.optim.Adam(
-        model.parameters(), lr=ADAM["learning_rate"], betas=(ADAM["beta_1"], ADAM["beta_2"]),
-        eps=ADAM["epsilon"])
+        model.parameters(),
+        lr=ADAM["learning_rate"],
+        betas=(ADAM["beta_1"], ADAM["beta_2"]),
+        eps=ADAM["epsilon"],
+    )
     loss_fn = torch.compile(model.loss) if compile else model.loss
 
     def step(images, labels):
@@ -154,9 +171,11 @@ def _compare_primary(batch=32, repeats=5):
             times[primary].append((time.perf_counter() - start, time.process_time() - cpu))
     for primary, t in times.items():
         wall, cpu = sorted(w for w, _ in t[1:]), sorted(c for _, c in t[1:])
-        print(f"primary={primary}: {batch / wall[len(wall) // 2]:.1f} images/s median, "
-              f"{batch / wall[0]:.1f} best, {cpu[len(cpu) // 2]:.2f} CPU s/step "
-              f"(batch {batch}, {repeats} steps)")
+        print(
+            f"primary={primary}: {batch / wall[len(wall) // 2]:.1f} images/s median, "
+            f"{batch / wall[0]:.1f} best, {cpu[len(cpu) // 2]:.2f} CPU s/step "
+            f"(batch {batch}, {repeats} steps)"
+        )
 
 
 if __name__ == "__main__":

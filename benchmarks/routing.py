@@ -6,8 +6,9 @@ usage: python benchmarks/routing.py [--backends tensorflow,torch,jax]
                                     [--torch-compile] [--json out.json]
 
 Each backend runs in a worker process of its own (benchmarks/harness.py:
-a backend cannot change inside a process). For every router, the library's router ("ours") is compared with
-a hand-written plain-framework implementation of the same math ("pure",
+a backend cannot change inside a process). For every router, the library's
+router ("ours") is compared with a hand-written plain-framework implementation
+of the same math ("pure",
 benchmarks/pure_routing_{tf,torch,jax}.py) on the same votes and the same
 (randomised) router weights: forward values must agree within 1e-4
 (relative) and gradients within 1e-3, or the run fails. Then both are timed
@@ -30,9 +31,8 @@ import json
 import os
 import sys
 
-import numpy as np
-
 import harness
+import numpy as np
 
 PURE_MODULES = {
     "tensorflow": "pure_routing_tf",
@@ -100,7 +100,8 @@ def worker(args):
     to_numpy = keras.ops.convert_to_numpy
     shape = tuple(int(s) for s in args.shape.split(","))
     votes = keras.ops.convert_to_tensor(
-        (VOTE_SCALE * np.random.default_rng(0).normal(size=shape)).astype("float32"))
+        (VOTE_SCALE * np.random.default_rng(0).normal(size=shape)).astype("float32")
+    )
     results = {}
     factories = routers()
     for name in args.routers.split(",") if args.routers else factories:
@@ -118,13 +119,13 @@ def worker(args):
 
         steps = {
             "ours": grad_step(ours_loss),
-            "pure": grad_step(lambda v: pure.loss(pure_route(v))),
+            "pure": grad_step(lambda v, route=pure_route: pure.loss(route(v))),
         }
         if args.torch_compile and args.backend == "torch":
             import torch
 
             compiled = torch.compile(pure_route)
-            steps["compiled"] = grad_step(lambda v: pure.loss(compiled(v)))
+            steps["compiled"] = grad_step(lambda v, route=compiled: pure.loss(route(v)))
 
         errors = {}
         outputs = zip(("poses", "activations"), router(votes), pure_route(votes))
@@ -141,8 +142,9 @@ def worker(args):
                 GRADIENT_RTOL,
             )
         results[name] = harness.time_interleaved(steps, votes, repeats=args.repeats)
-        summary = ", ".join(f"{k} {t['median_ms']:.1f} ({t['min_ms']:.1f})"
-                            for k, t in results[name].items())
+        summary = ", ".join(
+            f"{k} {t['median_ms']:.1f} ({t['min_ms']:.1f})" for k, t in results[name].items()
+        )
         results[name]["max_relative_error"] = errors
         print(f"{args.backend} {name}: {summary}", file=sys.stderr, flush=True)
     harness.reply("RESULT", **results)
@@ -168,8 +170,13 @@ def main():
     env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     table, failed = {}, []
     for backend in args.backends.split(","):
-        config = dict(backend=backend, repeats=args.repeats, shape=args.shape,
-                      routers=args.routers, torch_compile=args.torch_compile)
+        config = dict(
+            backend=backend,
+            repeats=args.repeats,
+            shape=args.shape,
+            routers=args.routers,
+            torch_compile=args.torch_compile,
+        )
         # The worker's stderr passes through: its progress, or why it failed.
         results, error = harness.measure(os.path.abspath(__file__), config, env=env, stderr=None)
         if results is None:
@@ -178,9 +185,11 @@ def main():
             continue
         table[backend] = results
 
-    print(f"votes {args.shape}, forward+backward, ms median (min) of {args.repeats}, "
-          "interleaved; ratio = ours / pure (medians); "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}")
+    print(
+        f"votes {args.shape}, forward+backward, ms median (min) of {args.repeats}, "
+        "interleaved; ratio = ours / pure (medians); "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}"
+    )
     header = f"{'router':<22} {'backend':<11}{'ours':>18}{'pure':>18}"
     header += f"{'ratio':>7}{'min ratio':>10}{'cpu ratio':>10}"
     if args.torch_compile:

@@ -103,8 +103,7 @@ def keras_step(config, data):
     config["resolved_jit"] = model.jit_compile
     if loss is not None:  # MarginLoss takes one-hot labels
         data = [(x, keras.ops.one_hot(y, 10)) for x, y in data]
-    tensors = [(keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y))
-               for x, y in data]
+    tensors = [(keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y)) for x, y in data]
 
     def step(i):
         x, y = tensors[i % len(tensors)]
@@ -134,7 +133,6 @@ def build_model(name):
 
 def torch_reference_step(config, data):
     import torch
-
     from capsnet_spec import count_params, init_weights
     from pure_torch_capsnet import PureTorchCapsNet, make_train_step, to_nchw
 
@@ -152,7 +150,6 @@ def torch_reference_step(config, data):
 
 def jax_reference_step(config, data):
     import jax.numpy as jnp
-
     import pure_jax_capsnet as ref
     from capsnet_spec import count_params, init_weights
 
@@ -164,7 +161,8 @@ def jax_reference_step(config, data):
 
     def step(i):
         state["params"], state["adam"], loss = train(
-            state["params"], state["adam"], *tensors[i % len(tensors)])
+            state["params"], state["adam"], *tensors[i % len(tensors)]
+        )
         return float(loss)
 
     return step, count_params(weights)
@@ -187,8 +185,12 @@ def worker(config):
 
     data = batches(config["batch"], count=2)
     baseline = rss_now_mb()
-    make = {"keras": keras_step, "torch": torch_reference_step,
-            "torch-compile": torch_reference_step, "jax": jax_reference_step}[impl]
+    make = {
+        "keras": keras_step,
+        "torch": torch_reference_step,
+        "torch-compile": torch_reference_step,
+        "jax": jax_reference_step,
+    }[impl]
     start = time.perf_counter()
     step, params = make(config, data)
     step(0)
@@ -196,11 +198,21 @@ def worker(config):
     for i in range(1, config["warmup"]):
         step(i)
     frameworks = sorted(m for m in ("tensorflow", "torch", "jax") if m in sys.modules)
-    harness.reply("READY", compile_s=compile_s, params=params, rss_baseline_mb=baseline,
-                  imported=frameworks, resolved_jit=config.get("resolved_jit"))
+    harness.reply(
+        "READY",
+        compile_s=compile_s,
+        params=params,
+        rss_baseline_mb=baseline,
+        imported=frameworks,
+        resolved_jit=config.get("resolved_jit"),
+    )
     harness.serve(step, config["steps"])  # each step returns the loss as a float: synced
-    harness.reply("DONE", peak_rss_mb=peak_rss_mb(), rss_end_mb=rss_now_mb(),
-          **device_memory(config["backend"]))
+    harness.reply(
+        "DONE",
+        peak_rss_mb=peak_rss_mb(),
+        rss_end_mb=rss_now_mb(),
+        **device_memory(config["backend"]),
+    )
     os._exit(0)  # no interpreter teardown (torch.compile's worker pools can hang it)
 
 
@@ -210,16 +222,20 @@ def device_memory(backend):
         import torch
 
         if torch.cuda.is_available():
-            return {"device": torch.cuda.get_device_name(),
-                    "peak_device_mb": torch.cuda.max_memory_allocated() / 2**20}
+            return {
+                "device": torch.cuda.get_device_name(),
+                "peak_device_mb": torch.cuda.max_memory_allocated() / 2**20,
+            }
     if backend == "jax":
         import jax
 
         device = jax.devices()[0]
         if device.platform != "cpu":
             stats = device.memory_stats() or {}
-            return {"device": device.device_kind,
-                    "peak_device_mb": stats.get("peak_bytes_in_use", float("nan")) / 2**20}
+            return {
+                "device": device.device_kind,
+                "peak_device_mb": stats.get("peak_bytes_in_use", float("nan")) / 2**20,
+            }
     return {"device": "cpu"}
 
 
@@ -227,8 +243,9 @@ def label(config):
     if config["impl"] == "keras":
         implementation = config.get("implementation")
         flags = f" XLA_FLAGS={config['xla_flags']}" if config.get("xla_flags") else ""
-        return (f"ours {config['backend']}" + (f" [{implementation}]" if implementation else "")
-                + flags)
+        return (
+            f"ours {config['backend']}" + (f" [{implementation}]" if implementation else "") + flags
+        )
     return f"pure {config['impl']}"
 
 
@@ -238,15 +255,29 @@ def configurations(args, model, batch):
     for backend, jits in args.backends:
         for jit in jits:
             for implementation in args.implementations:
-                configs.append(dict(common, impl="keras", backend=backend, jit=jit,
-                                    implementation=implementation))
+                configs.append(
+                    dict(
+                        common,
+                        impl="keras",
+                        backend=backend,
+                        jit=jit,
+                        implementation=implementation,
+                    )
+                )
                 if backend == "jax" and args.jax_xla_flags:
                     configs.append(dict(configs[-1], xla_flags=args.jax_xla_flags))
     if model in ("capsnet", "readme"):
         for ref in args.references:
             backend = "torch" if ref.startswith("torch") else "jax"
-            configs.append(dict(common, impl=ref, backend=backend,
-                                jit=ref != "torch", primary=args.torch_primary))
+            configs.append(
+                dict(
+                    common,
+                    impl=ref,
+                    backend=backend,
+                    jit=ref != "torch",
+                    primary=args.torch_primary,
+                )
+            )
     return configs
 
 
@@ -289,12 +320,16 @@ def run_group(args, model, batch):
     rounds = harness.run_rounds(workers, args.repeats, stop=stop, log=log)
     rows = []
     for w, first, replies in zip(workers, ready, rounds):
-        result = {**first, "times": [t["times"] for t in replies],
-                  "cpu_s": [t["cpu_s"] for t in replies],
-                  "losses": [t["last"] for t in replies]}
+        result = {
+            **first,
+            "times": [t["times"] for t in replies],
+            "cpu_s": [t["cpu_s"] for t in replies],
+            "losses": [t["last"] for t in replies],
+        }
         result.update(w.close() or {})
-        rows.append({**w.config, **result, "error": w.error,
-                     "images_per_s": summarise(result, batch)})
+        rows.append(
+            {**w.config, **result, "error": w.error, "images_per_s": summarise(result, batch)}
+        )
     add_ratios(rows)
     return rows
 
@@ -307,15 +342,18 @@ def add_ratios(rows):
         if row["impl"] != "keras" or not speed or fastest is None:
             continue
         ref = fastest["images_per_s"]
-        row["vs_fastest_ref"] = {"ref": fastest["impl"],
-                                 "median": speed["median"] / ref["median"],
-                                 "best": speed["best"] / ref["best"]}
+        row["vs_fastest_ref"] = {
+            "ref": fastest["impl"],
+            "median": speed["median"] / ref["median"],
+            "best": speed["best"] / ref["best"],
+        }
         rss_ref = same_framework_reference(row, refs) or fastest
         if row.get("peak_rss_mb") and rss_ref.get("peak_rss_mb"):
             row["rss_vs_ref"] = {
                 "ref": rss_ref["impl"],
                 "ratio": row["peak_rss_mb"] / rss_ref["peak_rss_mb"],
-                "over_imports": rss_over_imports(row) / rss_over_imports(rss_ref)}
+                "over_imports": rss_over_imports(row) / rss_over_imports(rss_ref),
+            }
 
 
 def rss_over_imports(row):
@@ -334,8 +372,9 @@ def flop_floor(rows, peaks):
     lines = [
         f"\nCapsNet FLOP floor: {CAPSNET_GFLOP_PER_IMAGE:.4f} GFLOP per image (153.9 per step "
         "of 128); peaks assumed: " + ", ".join(f"{k} {v:g} TFLOP/s" for k, v in peaks.items()),
-        "| batch | impl | compile | img/s median | " + " | ".join(
-            f"floor img/s at {k} | fraction of {k}" for k in names) + " | device memory MiB |",
+        "| batch | impl | compile | img/s median | "
+        + " | ".join(f"floor img/s at {k} | fraction of {k}" for k in names)
+        + " | device memory MiB |",
         "| ---: | --- | --- | ---: | " + " | ".join("---: | ---:" for _ in names) + " | ---: |",
     ]
     for r in rows:
@@ -346,16 +385,20 @@ def flop_floor(rows, peaks):
         for k in names:
             floor = peaks[k] * 1e3 / CAPSNET_GFLOP_PER_IMAGE
             cells += [f"{floor:,.0f}", f"{speed / floor:.2%}"]
-        lines.append(f"| {r['batch']} | {label(r)} | {jit_label(r)} | {speed:.1f} | "
-                     + " | ".join(cells) + f" | {r.get('peak_device_mb', float('nan')):.0f} |")
+        lines.append(
+            f"| {r['batch']} | {label(r)} | {jit_label(r)} | {speed:.1f} | "
+            + " | ".join(cells)
+            + f" | {r.get('peak_device_mb', float('nan')):.0f} |"
+        )
     return "\n".join(lines)
 
 
 def same_framework_reference(row, refs):
     """torch -> pure torch (torch.compile'd if jit, when run), jax -> pure jax."""
     jit = row.get("resolved_jit", row["jit"])
-    wanted = {"torch": ["torch-compile", "torch"] if jit else ["torch"],
-              "jax": ["jax"]}.get(row["backend"], [])
+    wanted = {"torch": ["torch-compile", "torch"] if jit else ["torch"], "jax": ["jax"]}.get(
+        row["backend"], []
+    )
     for name in wanted:
         for ref in refs:
             if ref["impl"] == name:
@@ -382,21 +425,22 @@ def markdown(rows):
         jit = jit_label(r)
         name = label(r)
         if r["error"]:
-            lines.append(f"| {r['model']} | {r['batch']} | {name} | {jit} | failed: "
-                         f"{r['error']} | | | | | | |")
+            lines.append(
+                f"| {r['model']} | {r['batch']} | {name} | {jit} | failed: "
+                f"{r['error']} | | | | | | |"
+            )
             continue
         s = r["images_per_s"]
         ratio = r.get("vs_fastest_ref")
-        ratio = (f"{ratio['median']:.2f} ({ratio['best']:.2f}) vs {ratio['ref']}"
-                 if ratio else "")
+        ratio = f"{ratio['median']:.2f} ({ratio['best']:.2f}) vs {ratio['ref']}" if ratio else ""
         rss = r.get("rss_vs_ref")
-        rss = (f"{rss['ratio']:.2f} ({rss['over_imports']:.2f}) vs {rss['ref']}"
-               if rss else "")
+        rss = f"{rss['ratio']:.2f} ({rss['over_imports']:.2f}) vs {rss['ref']}" if rss else ""
         peak = r.get("peak_rss_mb", float("nan"))
         lines.append(
             f"| {r['model']} | {r['batch']} | {name} | {jit} | {s['median']:.1f} | "
             f"{s['best']:.1f} | {ratio} | {cpu_per_step(r):.2f} | "
-            f"{peak:.0f} ({peak - r['rss_baseline_mb']:.0f}) | {rss} | {r['compile_s']:.1f} |")
+            f"{peak:.0f} ({peak - r['rss_baseline_mb']:.0f}) | {rss} | {r['compile_s']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -416,28 +460,54 @@ def main():
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--batches", default="32,128")
     parser.add_argument("--backends", default=",".join(BACKENDS))
-    parser.add_argument("--jit", default="off,on",
-                        help="off, on, default (compile()'s own jit_compile='auto'), "
-                             "or a list of them")
-    parser.add_argument("--implementations", default="",
-                        help="comma list: run ours once per entry with every convolving "
-                             "layer's implementation= set to it (default: the models' own)")
-    parser.add_argument("--references", default=",".join(REFERENCES),
-                        help="pure CapsNets to run beside ours ('none' for none)")
-    parser.add_argument("--torch-primary", default="conv", choices=("conv", "matmul"),
-                        help="primary-capsule conv of the pure torch CapsNet")
-    parser.add_argument("--jax-xla-flags", default="",
-                        help="also run each JAX configuration of ours with XLA_FLAGS set to this")
+    parser.add_argument(
+        "--jit",
+        default="off,on",
+        help="off, on, default (compile()'s own jit_compile='auto'), or a list of them",
+    )
+    parser.add_argument(
+        "--implementations",
+        default="",
+        help="comma list: run ours once per entry with every convolving "
+        "layer's implementation= set to it (default: the models' own)",
+    )
+    parser.add_argument(
+        "--references",
+        default=",".join(REFERENCES),
+        help="pure CapsNets to run beside ours ('none' for none)",
+    )
+    parser.add_argument(
+        "--torch-primary",
+        default="conv",
+        choices=("conv", "matmul"),
+        help="primary-capsule conv of the pure torch CapsNet",
+    )
+    parser.add_argument(
+        "--jax-xla-flags",
+        default="",
+        help="also run each JAX configuration of ours with XLA_FLAGS set to this",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps, compile included")
-    parser.add_argument("--timeout", type=float, default=1200,
-                        help="seconds a worker may take to compile, or to run one round")
-    parser.add_argument("--peak-tflops", default="",
-                        help="NAME=TFLOP/s,...: add the CapsNet rows' fraction of each peak")
-    parser.add_argument("--budget", type=float, default=0,
-                        help="seconds after which no worker starts and no round begins "
-                             "(at least one round still runs for the workers started)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=1200,
+        help="seconds a worker may take to compile, or to run one round",
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        default="",
+        help="NAME=TFLOP/s,...: add the CapsNet rows' fraction of each peak",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=0,
+        help="seconds after which no worker starts and no round begins "
+        "(at least one round still runs for the workers started)",
+    )
     parser.add_argument("--json", help="write all rows (every round) to this file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -445,18 +515,23 @@ def main():
         return worker(json.loads(args.worker))
     try:
         jit = parse_jit(args.jit)
-        args.backends = [(b.split(":")[0], parse_jit(b.split(":")[1]) if ":" in b else jit)
-                         for b in args.backends.split(",") if b]
+        args.backends = [
+            (b.split(":")[0], parse_jit(b.split(":")[1]) if ":" in b else jit)
+            for b in args.backends.split(",")
+            if b
+        ]
     except KeyError as e:
         parser.error(f"--jit and backend suffixes take off, on and default. Received: {e}")
     args.references = [r for r in args.references.split(",") if r and r != "none"]
     args.implementations = args.implementations.split(",")
-    unknown = ({b for b, _ in args.backends} - set(BACKENDS)
-               or set(args.references) - set(REFERENCES))
+    unknown = {b for b, _ in args.backends} - set(BACKENDS) or set(args.references) - set(
+        REFERENCES
+    )
     if unknown:
         parser.error(f"unknown backend or reference: {sorted(unknown)}")
     args.peak_tflops = dict(
-        (k, float(v)) for k, v in (p.split("=") for p in args.peak_tflops.split(",") if p))
+        (k, float(v)) for k, v in (p.split("=") for p in args.peak_tflops.split(",") if p)
+    )
 
     start_load = load_average()
     start = time.perf_counter()
@@ -466,18 +541,23 @@ def main():
         for batch in (int(b) for b in args.batches.split(",")):
             rows += run_group(args, model, batch)
     end_load = load_average()
-    print(f"\nTrain step, {args.repeats} rounds x {args.steps} steps after {args.warmup} "
-          f"warm-up steps; {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}); "
-          f"load average {start_load[0]:.1f} at start, {end_load[0]:.1f} at end; "
-          f"{time.perf_counter() - start:.0f} s in all; devices: "
-          f"{', '.join(sorted({str(r.get('device', '?')) for r in rows}))}.")
+    print(
+        f"\nTrain step, {args.repeats} rounds x {args.steps} steps after {args.warmup} "
+        f"warm-up steps; {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}); "
+        f"load average {start_load[0]:.1f} at start, {end_load[0]:.1f} at end; "
+        f"{time.perf_counter() - start:.0f} s in all; devices: "
+        f"{', '.join(sorted({str(r.get('device', '?')) for r in rows}))}."
+    )
     print(markdown(rows))
     if args.peak_tflops:
         print(flop_floor(rows, args.peak_tflops))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "load_average": [start_load, end_load],
-                       "rows": rows}, f, indent=1)
+            json.dump(
+                {"args": vars(args), "load_average": [start_load, end_load], "rows": rows},
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

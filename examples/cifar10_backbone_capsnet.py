@@ -22,11 +22,11 @@ figures (training curves, routing coefficients; reconstructions with
 `--reconstruction`) to --output-dir (default runs/cifar10_backbone_capsnet).
 """
 
-import keras  # (before tensorflow, see common.py)
-
 import common
 import data
 import figures
+import keras  # (before tensorflow, see common.py)
+
 from keras_capsules.models import BackboneCapsNet
 
 
@@ -34,43 +34,57 @@ def small_backbone(input_shape):
     """Four 3x3 conv + BatchNorm + ReLU layers, two of them strided (/4)."""
     layers = [keras.Input(input_shape)]
     for filters, strides in ((32, 1), (64, 2), (64, 1), (128, 2)):
-        layers += [keras.layers.Conv2D(filters, 3, strides=strides, padding="same"),
-                   keras.layers.BatchNormalization(), keras.layers.ReLU()]
+        layers += [
+            keras.layers.Conv2D(filters, 3, strides=strides, padding="same"),
+            keras.layers.BatchNormalization(),
+            keras.layers.ReLU(),
+        ]
     return keras.Sequential(layers, name="small_backbone")
 
 
 BACKBONES = {
     "small": small_backbone,
     "resnet50": lambda shape: keras.applications.ResNet50(
-        include_top=False, weights=None, input_shape=shape),
+        include_top=False, weights=None, input_shape=shape
+    ),
     "mobilenet_v3_small": lambda shape: keras.applications.MobileNetV3Small(
-        include_top=False, weights=None, input_shape=shape, include_preprocessing=False),
+        include_top=False, weights=None, input_shape=shape, include_preprocessing=False
+    ),
     "efficientnet_b0": lambda shape: keras.applications.EfficientNetB0(
-        include_top=False, weights=None, input_shape=shape),
+        include_top=False, weights=None, input_shape=shape
+    ),
 }
 
 
 def add_arguments(parser):
     parser.add_argument("--backbone", choices=sorted(BACKBONES), default="resnet50")
-    parser.add_argument("--image-size", type=int, default=64,
-                        help="images are resized to this square size")
-    parser.add_argument("--reconstruction", action="store_true",
-                        help="add the reconstruction decoder and its loss")
+    parser.add_argument(
+        "--image-size", type=int, default=64, help="images are resized to this square size"
+    )
+    parser.add_argument(
+        "--reconstruction", action="store_true", help="add the reconstruction decoder and its loss"
+    )
 
 
 def build_model(args):
     shape = (args.image_size, args.image_size, 3)
-    return BackboneCapsNet(BACKBONES[args.backbone](shape), 10,
-                           router=args.router,
-                           reconstruction=args.reconstruction)
+    return BackboneCapsNet(
+        BACKBONES[args.backbone](shape), 10, router=args.router, reconstruction=args.reconstruction
+    )
 
 
 def load_data(args, batch_size, drop_remainder=False):
     train_split, validation_split = data.train_validation_splits(args.validation_fraction)
 
     def load(split, training):
-        return data.cifar10(split, batch_size, args.image_size, args.data_dir,
-                            drop_remainder=drop_remainder, training=training)
+        return data.cifar10(
+            split,
+            batch_size,
+            args.image_size,
+            args.data_dir,
+            drop_remainder=drop_remainder,
+            training=training,
+        )
 
     validation = None if validation_split is None else load(validation_split, False)
     return load(train_split, True), validation, load("test", False)
@@ -84,9 +98,16 @@ def make_optimizer(args, steps_per_epoch):
 
 def main(argv=None):
     return common.run(
-        "cifar10_backbone_capsnet", __doc__.split("\n")[2], build_model, load_data,
-        make_optimizer, figures.capsule_figures(child_types=32, class_names=data.CIFAR10_CLASSES),
-        epochs=10, batch_size=64, argv=argv, add_arguments=add_arguments,
+        "cifar10_backbone_capsnet",
+        __doc__.split("\n")[2],
+        build_model,
+        load_data,
+        make_optimizer,
+        figures.capsule_figures(child_types=32, class_names=data.CIFAR10_CLASSES),
+        epochs=10,
+        batch_size=64,
+        argv=argv,
+        add_arguments=add_arguments,
     )
 
 

@@ -18,9 +18,9 @@ import sys
 import time
 
 import keras  # Before tensorflow: torch and TF clash if TF loads first.
+from xla_flags import YNN_CONVOLUTIONS_OFF
 
 from keras_capsules import distribute, routing
-from xla_flags import YNN_CONVOLUTIONS_OFF
 
 MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
 SMOKE_BATCH_SIZE = 4
@@ -31,61 +31,105 @@ SMOKE_EXAMPLES = 40
 VALIDATION_FRACTION = 0.1
 
 
-def parse_args(description, epochs, batch_size, routers=True, argv=None,
-               add_arguments=None):
+def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arguments=None):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--epochs", type=int, default=epochs)
-    parser.add_argument("--batch-size", type=int, default=batch_size,
-                        help="global batch size (split across devices with --distribute)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=batch_size,
+        help="global batch size (split across devices with --distribute)",
+    )
     if routers:
-        parser.add_argument("--router", choices=routing.names(), default=None,
-                            help="router of the class capsules, by its keras_capsules.routing "
-                             "name (default: the paper's)")
-    parser.add_argument("--data-dir", default=None,
-                        help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
-    parser.add_argument("--output-dir", default=None,
-                        help="where logs, metrics, model and figures go")
+        parser.add_argument(
+            "--router",
+            choices=routing.names(),
+            default=None,
+            help="router of the class capsules, by its keras_capsules.routing "
+            "name (default: the paper's)",
+        )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)",
+    )
+    parser.add_argument(
+        "--output-dir", default=None, help="where logs, metrics, model and figures go"
+    )
     parser.add_argument("--mixed-precision", choices=MIXED_PRECISION, default="float32")
-    parser.add_argument("--distribute", action="store_true",
-                        help="data-parallel: on all local devices (JAX, TensorFlow), or on "
-                             "all processes when started by a launcher (torchrun, TF_CONFIG, "
-                             "JAX_COORDINATOR_ADDRESS/JAX_NUM_PROCESSES/JAX_PROCESS_ID); "
-                             "see keras_capsules.distribute")
-    parser.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
-                        help="compile the train step: XLA on TF and JAX, torch.compile on "
-                             "torch. auto: what measured faster (see resolve_jit_compile): "
-                             "jitted JAX; TF: XLA for CapsNet and Efficient-CapsNet, else "
-                             "only with a GPU; torch: torch.compile for CapsNet runs of "
-                             f"{TORCH_COMPILE_MIN_IMAGES:,}+ training images, else eager")
-    parser.add_argument("--validation-fraction", type=float, default=VALIDATION_FRACTION,
-                        metavar="F",
-                        help="share of the training data held out as validation data, "
-                             "evaluated after each epoch with the test-time preprocessing "
-                             "(val_* columns of training_log.csv); 0: no validation "
-                             f"(default: {VALIDATION_FRACTION})")
-    parser.add_argument("--steps-per-epoch", type=int, default=None,
-                        help="limit the steps of each epoch (default: the whole split)")
-    parser.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
-                        help="stop training after the step that passes this wall time "
-                             "(the learning-rate schedule still plans --epochs); "
-                             "then evaluate as usual")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="seed of Python, NumPy, TensorFlow and the backend "
-                             "(keras.utils.set_random_seed; default: unseeded)")
-    parser.add_argument("--seeds", type=int, default=1,
-                        help="train this many runs, seeds SEED, SEED+1, ... (SEED: --seed "
-                             "or 0), each in OUTPUT_DIR/seed_<seed>; metrics.json gets the "
-                             "mean and std of their test accuracies")
-    parser.add_argument("--smoke", action="store_true",
-                        help=f"{SMOKE_STEPS} steps on fake TFDS data (data.mock_data; for tests)")
+    parser.add_argument(
+        "--distribute",
+        action="store_true",
+        help="data-parallel: on all local devices (JAX, TensorFlow), or on "
+        "all processes when started by a launcher (torchrun, TF_CONFIG, "
+        "JAX_COORDINATOR_ADDRESS/JAX_NUM_PROCESSES/JAX_PROCESS_ID); "
+        "see keras_capsules.distribute",
+    )
+    parser.add_argument(
+        "--jit-compile",
+        choices=("auto", "true", "false"),
+        default="auto",
+        help="compile the train step: XLA on TF and JAX, torch.compile on "
+        "torch. auto: what measured faster (see resolve_jit_compile): "
+        "jitted JAX; TF: XLA for CapsNet and Efficient-CapsNet, else "
+        "only with a GPU; torch: torch.compile for CapsNet runs of "
+        f"{TORCH_COMPILE_MIN_IMAGES:,}+ training images, else eager",
+    )
+    parser.add_argument(
+        "--validation-fraction",
+        type=float,
+        default=VALIDATION_FRACTION,
+        metavar="F",
+        help="share of the training data held out as validation data, "
+        "evaluated after each epoch with the test-time preprocessing "
+        "(val_* columns of training_log.csv); 0: no validation "
+        f"(default: {VALIDATION_FRACTION})",
+    )
+    parser.add_argument(
+        "--steps-per-epoch",
+        type=int,
+        default=None,
+        help="limit the steps of each epoch (default: the whole split)",
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="stop training after the step that passes this wall time "
+        "(the learning-rate schedule still plans --epochs); "
+        "then evaluate as usual",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of Python, NumPy, TensorFlow and the backend "
+        "(keras.utils.set_random_seed; default: unseeded)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="train this many runs, seeds SEED, SEED+1, ... (SEED: --seed "
+        "or 0), each in OUTPUT_DIR/seed_<seed>; metrics.json gets the "
+        "mean and std of their test accuracies",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"{SMOKE_STEPS} steps on fake TFDS data (data.mock_data; for tests)",
+    )
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1. Received: --seeds {args.seeds}")
     if not 0 <= args.validation_fraction < 1:
-        parser.error("--validation-fraction must be in [0, 1). Received: "
-                     f"--validation-fraction {args.validation_fraction}")
+        parser.error(
+            "--validation-fraction must be in [0, 1). Received: "
+            f"--validation-fraction {args.validation_fraction}"
+        )
     if args.smoke:
         args.epochs, args.batch_size = 1, SMOKE_BATCH_SIZE
         args.steps_per_epoch = SMOKE_STEPS
@@ -112,8 +156,10 @@ def distribution_scope(enabled):
             f"{os.path.basename(sys.argv[0])} --distribute ...` (see docs/distributed.md)."
         )
     with distribute.scope() as cluster:
-        print(f"Data-parallel on {backend}: {cluster.replicas} replicas in "
-              f"{cluster.num_processes} process(es), this is process {cluster.process_id}")
+        print(
+            f"Data-parallel on {backend}: {cluster.replicas} replicas in "
+            f"{cluster.num_processes} process(es), this is process {cluster.process_id}"
+        )
         yield cluster
 
 
@@ -164,8 +210,9 @@ class TrainingLog(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         if self.writer is None:
-            self.writer = csv.DictWriter(self.file, ["epoch", *sorted(logs)], restval="NA",
-                                         extrasaction="ignore")
+            self.writer = csv.DictWriter(
+                self.file, ["epoch", *sorted(logs)], restval="NA", extrasaction="ignore"
+            )
             self.writer.writeheader()
         self.writer.writerow({"epoch": epoch, **logs})
         self.file.flush()
@@ -233,8 +280,9 @@ class TimeBudget(keras.callbacks.Callback):
 TORCH_COMPILE_MIN_IMAGES = 80_000
 
 
-def resolve_jit_compile(flag, backend=None, xla_on_cpu=False, torch_compile=False,
-                        train_images=None):
+def resolve_jit_compile(
+    flag, backend=None, xla_on_cpu=False, torch_compile=False, train_images=None
+):
     """`--jit-compile` -> `model.compile(jit_compile=...)`.
 
     `"auto"` picks what measured faster for the train step
@@ -290,9 +338,23 @@ def use_xla_cpu_convolutions():
         os.environ["XLA_FLAGS"] = f"{flags} {YNN_CONVOLUTIONS_OFF}".strip()
 
 
-def run(name, description, build_model, load_data, make_optimizer, figures=None,
-        epochs=10, batch_size=32, routers=True, argv=None, add_arguments=None,
-        callbacks=None, xla_on_cpu=False, torch_compile=False, metrics=None):
+def run(
+    name,
+    description,
+    build_model,
+    load_data,
+    make_optimizer,
+    figures=None,
+    epochs=10,
+    batch_size=32,
+    routers=True,
+    argv=None,
+    add_arguments=None,
+    callbacks=None,
+    xla_on_cpu=False,
+    torch_compile=False,
+    metrics=None,
+):
     """Trains, evaluates and reports one example; returns the metrics dict.
 
     build_model(args) -> keras.Model; load_data(args, batch_size, drop_remainder)
@@ -330,28 +392,34 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             if not cluster.is_chief:  # Every process writes; process 0 to --output-dir.
                 output_dir = os.path.join(output_dir, f"process{cluster.process_id}")
                 os.makedirs(output_dir, exist_ok=True)
-            train, validation, test = load_data(args, args.batch_size,
-                                                drop_remainder=replicas > 1)
+            train, validation, test = load_data(args, args.batch_size, drop_remainder=replicas > 1)
             if validation is not None and int(validation.cardinality()) == 0:
                 raise SystemExit(
                     f"--validation-fraction {args.validation_fraction} holds out less than "
-                    f"one batch of {args.batch_size}: raise it, or pass 0 for no validation.")
+                    f"one batch of {args.batch_size}: raise it, or pass 0 for no validation."
+                )
             steps = args.steps_per_epoch or steps_in(train)
             model = build_model(args)
             # Keras's "auto" keeps XLA off under tf.distribute; so do we.
-            jit = resolve_jit_compile(args.jit_compile,
-                                      xla_on_cpu=xla_on_cpu and not args.distribute,
-                                      torch_compile=torch_compile,
-                                      train_images=(steps or 0) * args.epochs * args.batch_size)
+            jit = resolve_jit_compile(
+                args.jit_compile,
+                xla_on_cpu=xla_on_cpu and not args.distribute,
+                torch_compile=torch_compile,
+                train_images=(steps or 0) * args.epochs * args.batch_size,
+            )
             # metrics "auto": the ready models' accuracy (for several digits
             # per image, keras_capsules.metrics.LabelSetAccuracy).
-            model.compile(optimizer=make_optimizer(args, steps or 1),
-                          metrics=metrics or "auto", jit_compile=jit)
+            model.compile(
+                optimizer=make_optimizer(args, steps or 1),
+                metrics=metrics or "auto",
+                jit_compile=jit,
+            )
             throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)
             step_log = StepLog()
             fit_callbacks = [
                 TrainingLog(os.path.join(output_dir, "training_log.csv")),
-                throughput, step_log,
+                throughput,
+                step_log,
             ]
             if callbacks is not None:
                 fit_callbacks += callbacks(model, args, steps or 1)
@@ -360,8 +428,12 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
                 fit_callbacks.append(budget)
             start = time.perf_counter()
             history = distribute.fit(
-                model, train, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
-                callbacks=fit_callbacks, validation_data=validation,
+                model,
+                train,
+                epochs=args.epochs,
+                steps_per_epoch=args.steps_per_epoch,
+                callbacks=fit_callbacks,
+                validation_data=validation,
                 verbose=2 if args.smoke else "auto",
             )
             train_seconds = time.perf_counter() - start
@@ -371,8 +443,7 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
             test_loss, test_accuracy = results["loss"], results["accuracy"]
             model_path = os.path.join(output_dir, "model.keras")
             model.save(model_path)
-            plot_history(history.history, os.path.join(output_dir, "training_curves.png"),
-                         step_log)
+            plot_history(history.history, os.path.join(output_dir, "training_curves.png"), step_log)
             if figures is not None:
                 figures(model, test, output_dir, args)
     finally:
@@ -404,13 +475,16 @@ def run(name, description, build_model, load_data, make_optimizer, figures=None,
         "trained_steps": throughput.steps,  # all epochs; fewer when the budget stopped it
         "stopped_by_time_budget": budget is not None and budget.stopped_at_step is not None,
         **getattr(args, "extra_metrics", {}),  # set by an example's load_data
-        "command": " ".join([os.path.basename(sys.argv[0])] + list(
-            sys.argv[1:] if argv is None else argv)),
+        "command": " ".join(
+            [os.path.basename(sys.argv[0])] + list(sys.argv[1:] if argv is None else argv)
+        ),
     }
     with open(os.path.join(output_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
-    print(f"Test accuracy {test_accuracy:.4f}; {metrics['images_per_second'] or math.nan:.1f} "
-          f"training images/s on {metrics['backend']}; outputs in {output_dir}")
+    print(
+        f"Test accuracy {test_accuracy:.4f}; {metrics['images_per_second'] or math.nan:.1f} "
+        f"training images/s on {metrics['backend']}; outputs in {output_dir}"
+    )
     return metrics
 
 
@@ -418,8 +492,18 @@ def last(values):
     return float(values[-1]) if values else None
 
 
-PER_RUN = ("test_accuracy", "test_loss", "images_per_second", "train_seconds", "seed", "command",
-           "trained_steps", "stopped_by_time_budget", "validation_accuracy", "validation_loss")
+PER_RUN = (
+    "test_accuracy",
+    "test_loss",
+    "images_per_second",
+    "train_seconds",
+    "seed",
+    "command",
+    "trained_steps",
+    "stopped_by_time_budget",
+    "validation_accuracy",
+    "validation_loss",
+)
 
 
 def run_seeds(call, args, output_dir):
@@ -432,8 +516,14 @@ def run_seeds(call, args, output_dir):
     first = args.seed or 0
     runs = []
     for seed in range(first, first + args.seeds):
-        seed_argv = argv + ["--seeds", "1", "--seed", str(seed),
-                            "--output-dir", os.path.join(output_dir, f"seed_{seed}")]
+        seed_argv = argv + [
+            "--seeds",
+            "1",
+            "--seed",
+            str(seed),
+            "--output-dir",
+            os.path.join(output_dir, f"seed_{seed}"),
+        ]
         runs.append(run(**{**call, "argv": seed_argv}))
     accuracies = [r["test_accuracy"] for r in runs]
     mean = sum(accuracies) / len(accuracies)
@@ -451,6 +541,8 @@ def run_seeds(call, args, output_dir):
     }
     with open(os.path.join(output_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
-    print(f"Test accuracy over {args.seeds} seeds: {100 * mean:.2f} +- {100 * std:.2f} % "
-          f"(mean +- sample std); outputs in {output_dir}")
+    print(
+        f"Test accuracy over {args.seeds} seeds: {100 * mean:.2f} +- {100 * std:.2f} % "
+        f"(mean +- sample std); outputs in {output_dir}"
+    )
     return metrics

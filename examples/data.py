@@ -34,8 +34,12 @@ class DatasetUnavailableError(RuntimeError):
 
 
 # Import names whose pip package is called otherwise.
-_PIP_NAMES = {"importlib_resources": "importlib-resources", "tree": "dm-tree",
-              "array_record": "array-record", "google": "protobuf"}
+_PIP_NAMES = {
+    "importlib_resources": "importlib-resources",
+    "tree": "dm-tree",
+    "array_record": "array-record",
+    "google": "protobuf",
+}
 
 
 def _causes(error):
@@ -47,8 +51,16 @@ def _causes(error):
 def _is_network_error(error):
     import requests  # a dependency of tensorflow-datasets
 
-    return isinstance(error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
-                              ConnectionError, TimeoutError, socket.gaierror))
+    return isinstance(
+        error,
+        (
+            requests.exceptions.ConnectionError,
+            requests.exceptions.Timeout,
+            ConnectionError,
+            TimeoutError,
+            socket.gaierror,
+        ),
+    )
 
 
 def _unavailable(name, split, data_dir, error):
@@ -68,16 +80,21 @@ def _unavailable(name, split, data_dir, error):
             f"TFDS dataset {name!r} cannot be loaded: the Python module {module!r} that "
             f"tensorflow-datasets needs is not installed ({type(missing).__name__}: "
             f"{missing}). Install it with `pip install {package}` (or reinstall with "
-            '`pip install "keras-capsules[tfds]"`).', "missing_module")
+            '`pip install "keras-capsules[tfds]"`).',
+            "missing_module",
+        )
     if any(_is_network_error(e) for e in causes):
         return DatasetUnavailableError(
             f"TFDS dataset {name!r} (split {split!r}) is not prepared in {where} and "
             f"the download failed: no network connection ({type(error).__name__}: "
-            f"{error}). {offline}", "network")
+            f"{error}). {offline}",
+            "network",
+        )
     return DatasetUnavailableError(
         f"TFDS dataset {name!r} (split {split!r}) is not prepared in {where} and "
         f"could not be downloaded ({type(error).__name__}: {error}). {offline}",
-        "not_prepared")
+        "not_prepared",
+    )
 
 
 def load_split(name, split, data_dir=None, download=True):
@@ -118,8 +135,9 @@ class _EverySplit(dict):
         return True
 
     def __getitem__(self, name):
-        return types.SimpleNamespace(num_examples=self.num_examples,
-                                     shard_lengths=[self.num_examples])
+        return types.SimpleNamespace(
+            num_examples=self.num_examples, shard_lengths=[self.num_examples]
+        )
 
 
 def _slices(ds, split, num_examples):
@@ -163,9 +181,9 @@ def mock_data(num_examples, seed=0):
     validation slice are disjoint as they are on real data. The fake
     examples are the same in every split: `"test"` repeats `"train"`.
     """
+
     def sliced(builder, split, **kwargs):
-        examples = _fake_feature(builder.info.features, num_examples,
-                                 np.random.default_rng(seed))
+        examples = _fake_feature(builder.info.features, num_examples, np.random.default_rng(seed))
         ds = tf.data.Dataset.from_tensor_slices(examples)
         return _slices(ds, split, num_examples)
 
@@ -201,15 +219,25 @@ def random_rotate(image, max_degrees=30.0):
     cos, sin = tf.cos(angle), tf.sin(angle)
     # Output pixel (x, y) samples input (a0 x + a1 y + a2, b0 x + b1 y + b2).
     cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
-    transform = tf.stack([
-        cos, -sin, cx - cos * cx + sin * cy,
-        sin, cos, cy - sin * cx - cos * cy,
-        0.0, 0.0,
-    ])
+    transform = tf.stack(
+        [
+            cos,
+            -sin,
+            cx - cos * cx + sin * cy,
+            sin,
+            cos,
+            cy - sin * cx - cos * cy,
+            0.0,
+            0.0,
+        ]
+    )
     rotated = tf.raw_ops.ImageProjectiveTransformV3(
-        images=image[None], transforms=transform[None],
+        images=image[None],
+        transforms=transform[None],
         output_shape=tf.constant([int(image.shape[0]), int(image.shape[1])], tf.int32),
-        fill_value=0.0, interpolation="BILINEAR", fill_mode="CONSTANT",
+        fill_value=0.0,
+        interpolation="BILINEAR",
+        fill_mode="CONSTANT",
     )
     return tf.ensure_shape(rotated[0], image.shape)
 
@@ -229,8 +257,16 @@ def _mnist_image(example):
     return tf.cast(example["image"], tf.float32) / 255.0, example["label"]
 
 
-def mnist(split, batch_size, augment=None, data_dir=None, download=True,
-          shuffle_buffer=10_000, drop_remainder=False, shuffle=None):
+def mnist(
+    split,
+    batch_size,
+    augment=None,
+    data_dir=None,
+    download=True,
+    shuffle_buffer=10_000,
+    drop_remainder=False,
+    shuffle=None,
+):
     """MNIST `(image in [0, 1], integer label)` batches.
 
     split: a TFDS split, slices too (`"train[:4096]"`, `"train[:90%]"`).
@@ -247,9 +283,7 @@ def mnist(split, batch_size, augment=None, data_dir=None, download=True,
     if augment == "capsnet":
         ds = ds.map(lambda x, y: (random_shift(x), y), AUTOTUNE)
     elif augment == "efficient_capsnet":
-        ds = ds.map(
-            lambda x, y: (random_erase(random_shift(random_rotate(x))), y), AUTOTUNE
-        )
+        ds = ds.map(lambda x, y: (random_erase(random_shift(random_rotate(x))), y), AUTOTUNE)
     return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
 
 
@@ -277,8 +311,15 @@ def _smallnorb_test(image, label):
     return tf.image.per_image_standardization(image), label
 
 
-def smallnorb(split, batch_size, training=None, data_dir=None, download=True,
-              shuffle_buffer=10_000, drop_remainder=False):
+def smallnorb(
+    split,
+    batch_size,
+    training=None,
+    data_dir=None,
+    download=True,
+    shuffle_buffer=10_000,
+    drop_remainder=False,
+):
     """smallNORB `(32x32x2 standardised stereo image, category)` batches.
 
     Hinton et al. (2018): 48x48, then a random 32x32 crop with random
@@ -302,8 +343,7 @@ def smallnorb_splits(args, batch_size, drop_remainder=False):
     train_split, validation_split = train_validation_splits(args.validation_fraction)
 
     def load(split, training):
-        return smallnorb(split, batch_size, training, args.data_dir,
-                         drop_remainder=drop_remainder)
+        return smallnorb(split, batch_size, training, args.data_dir, drop_remainder=drop_remainder)
 
     validation = None if validation_split is None else load(validation_split, False)
     return load(train_split, True), validation, load("test", False)
@@ -332,15 +372,25 @@ def overlay_pair(first, second, offsets, size=MULTIMNIST_SIZE):
     `(merged (size, size, 1), digits (2, size, size, 1))`, the digits as
     placed, which are the reconstruction targets.
     """
-    digits = tf.stack([
-        tf.image.pad_to_bounding_box(image, offsets[k, 0], offsets[k, 1], size, size)
-        for k, image in enumerate((first, second))
-    ])
+    digits = tf.stack(
+        [
+            tf.image.pad_to_bounding_box(image, offsets[k, 0], offsets[k, 1], size, size)
+            for k, image in enumerate((first, second))
+        ]
+    )
     return tf.minimum(digits[0] + digits[1], 1.0), digits
 
 
-def multimnist(split, batch_size, data_dir=None, download=True, max_shift=4,
-               seed=None, drop_remainder=False, shuffle_buffer=10_000):
+def multimnist(
+    split,
+    batch_size,
+    data_dir=None,
+    download=True,
+    max_shift=4,
+    seed=None,
+    drop_remainder=False,
+    shuffle_buffer=10_000,
+):
     """MultiMNIST (Sabour et al. 2017, sec. 6), generated on the fly from MNIST.
 
     Each MNIST image of `split` is paired with a random image of another
@@ -389,12 +439,30 @@ def multimnist(split, batch_size, data_dir=None, download=True, max_shift=4,
 
 # ---------------------------------------------------------------- CIFAR-10
 
-CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer",
-                   "dog", "frog", "horse", "ship", "truck")
+CIFAR10_CLASSES = (
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
 
 
-def cifar10(split, batch_size, image_size=32, data_dir=None, download=True,
-            shuffle_buffer=10_000, drop_remainder=False, training=None):
+def cifar10(
+    split,
+    batch_size,
+    image_size=32,
+    data_dir=None,
+    download=True,
+    shuffle_buffer=10_000,
+    drop_remainder=False,
+    training=None,
+):
     """CIFAR-10 `(RGB image in [0, 1], label)` batches, resized to `image_size`.
 
     Training (`training`, default `split == "train"`; pass it for slices):
@@ -408,8 +476,7 @@ def cifar10(split, batch_size, image_size=32, data_dir=None, download=True,
         image = tf.cast(example["image"], tf.float32) / 255.0
         if training:
             image = tf.image.random_flip_left_right(image)
-            image = tf.image.random_crop(
-                tf.pad(image, [[4, 4], [4, 4], [0, 0]]), (32, 32, 3))
+            image = tf.image.random_crop(tf.pad(image, [[4, 4], [4, 4], [0, 0]]), (32, 32, 3))
         if image_size != 32:
             image = tf.image.resize(image, (image_size, image_size))
         return image, example["label"]

@@ -42,21 +42,40 @@ def plot_history(history, path, step_log=None):
             values = step_log.values[key]
             window = max(1, round(len(values) / 50))
             if window > 1:
-                ax.plot(step_log.steps, values, "-", color="tab:blue", linewidth=0.6,
-                        alpha=0.35, label="training, each step")
+                ax.plot(
+                    step_log.steps,
+                    values,
+                    "-",
+                    color="tab:blue",
+                    linewidth=0.6,
+                    alpha=0.35,
+                    label="training, each step",
+                )
             else:  # few steps: each one marked
-                ax.plot(step_log.steps, values, ".-", color="tab:blue", linewidth=1,
-                        label="training, each step")
+                ax.plot(
+                    step_log.steps,
+                    values,
+                    ".-",
+                    color="tab:blue",
+                    linewidth=1,
+                    label="training, each step",
+                )
             if window > 1:
-                ax.plot(step_log.steps, moving_average(values, window), "-",
-                        color="tab:blue", linewidth=1.5,
-                        label=f"training, mean of {window} steps")
+                ax.plot(
+                    step_log.steps,
+                    moving_average(values, window),
+                    "-",
+                    color="tab:blue",
+                    linewidth=1.5,
+                    label=f"training, mean of {window} steps",
+                )
         for prefix, style, color, label in (
-                ("", "o", "tab:blue", "training, epoch mean"),
-                ("val_", "s--", "tab:orange", "validation, after each epoch")):
+            ("", "o", "tab:blue", "training, epoch mean"),
+            ("val_", "s--", "tab:orange", "validation, after each epoch"),
+        ):
             values = history.get(prefix + key)
             if values:
-                ax.plot(ends[:len(values)], values, style, color=color, label=label)
+                ax.plot(ends[: len(values)], values, style, color=color, label=label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("training step" if per_step else "epoch")
         ax.set_title(key)
@@ -99,24 +118,29 @@ def plot_reconstructions(model, images, labels, path, class_names=None):
     longest = np.eye(poses.shape[1], dtype=poses.dtype)[predictions][..., None]
     decoded = ops.convert_to_numpy(model.decode(poses * longest))
     # At least 6 inches wide: room for the title above few images.
-    fig, axes = plt.subplots(2, len(images), figsize=(max(1.5 * len(images), 6.0), 3.4),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        2, len(images), figsize=(max(1.5 * len(images), 6.0), 3.4), squeeze=False
+    )
     for k in range(len(images)):
         _show(axes[0, k], images[k])
         # One title per column: a title on the lower row overlaps the upper.
-        axes[0, k].set_title(f"true {_name(class_names, labels[k])}\n"
-                             f"pred {_name(class_names, predictions[k])}", fontsize=8)
+        axes[0, k].set_title(
+            f"true {_name(class_names, labels[k])}\npred {_name(class_names, predictions[k])}",
+            fontsize=8,
+        )
         _show(axes[1, k], decoded[k])
-    fig.suptitle("Input (top) and reconstruction from the longest capsule (bottom)",
-                 fontsize=10)
+    fig.suptitle("Input (top) and reconstruction from the longest capsule (bottom)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return poses
 
 
-def plot_perturbations(model, poses, path, steps=np.linspace(-0.25, 0.25, 11),
-                       class_names=None):
+# Sabour et al.'s perturbations of one pose dimension.
+PERTURBATION_STEPS = np.linspace(-0.25, 0.25, 11)
+
+
+def plot_perturbations(model, poses, path, steps=PERTURBATION_STEPS, class_names=None):
     """Sabour et al. Fig. 4: tweak each dimension of the winning capsule, decode.
 
     `poses`: one image's class-capsule poses `(num_classes, dim)`. Row d
@@ -135,24 +159,34 @@ def plot_perturbations(model, poses, path, steps=np.linspace(-0.25, 0.25, 11),
     decoded = decoded[..., 0]  # stereo pairs: the first camera, as _show
     # One mosaic, one axes: 16 x 11 subplots took matplotlib ~3 s.
     height, width = decoded.shape[2:]
-    mosaic = np.full((dims * (height + 1) - 1, len(steps) * (width + 1) - 1),
-                     decoded.max(), dtype="float32")  # white gaps
+    mosaic = np.full(
+        (dims * (height + 1) - 1, len(steps) * (width + 1) - 1), decoded.max(), dtype="float32"
+    )  # white gaps
     for d in range(dims):
         for s in range(len(steps)):
-            mosaic[d * (height + 1):d * (height + 1) + height,
-                   s * (width + 1):s * (width + 1) + width] = decoded[d, s]
+            mosaic[
+                d * (height + 1) : d * (height + 1) + height,
+                s * (width + 1) : s * (width + 1) + width,
+            ] = decoded[d, s]
     fig, ax = plt.subplots(figsize=(len(steps) * 0.8, dims * 0.8))
     if single_channel:
         ax.imshow(mosaic, cmap="gray", vmin=0, vmax=1)
     else:
         ax.imshow(mosaic, cmap="gray")
-    ax.set_yticks([d * (height + 1) + height / 2 for d in range(dims)],
-                  [f"dim {d}" for d in range(dims)], fontsize=6)
-    ax.set_xticks([s * (width + 1) + width / 2 for s in range(len(steps))],
-                  [f"{step:+.2f}" for step in steps], fontsize=6)
+    ax.set_yticks(
+        [d * (height + 1) + height / 2 for d in range(dims)],
+        [f"dim {d}" for d in range(dims)],
+        fontsize=6,
+    )
+    ax.set_xticks(
+        [s * (width + 1) + width / 2 for s in range(len(steps))],
+        [f"{step:+.2f}" for step in steps],
+        fontsize=6,
+    )
     ax.set_xlabel("added to the dimension", fontsize=8)
-    ax.set_title(f"Perturbing each dimension of the {_name(class_names, winner)!r} capsule",
-                 fontsize=9)
+    ax.set_title(
+        f"Perturbing each dimension of the {_name(class_names, winner)!r} capsule", fontsize=9
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -171,12 +205,17 @@ def plot_routing(model, images, labels, path, child_types=None, class_names=None
     if child_types:
         mean = mean.reshape(-1, child_types, mean.shape[-1]).mean(axis=0)
     children, classes = mean.shape
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * classes + 2),
-                                    min(max(3.0, children * 0.18), 12.0)))
+    fig, ax = plt.subplots(
+        figsize=(max(6.0, 0.5 * classes + 2), min(max(3.0, children * 0.18), 12.0))
+    )
     im = ax.imshow(mean, aspect="auto", cmap="viridis", interpolation="nearest")
     names = [_name(class_names, c) for c in range(classes)]
-    ax.set_xticks(range(classes), names, rotation=45 if max(map(len, names)) > 2 else 0,
-                  ha="right" if max(map(len, names)) > 2 else "center")
+    ax.set_xticks(
+        range(classes),
+        names,
+        rotation=45 if max(map(len, names)) > 2 else 0,
+        ha="right" if max(map(len, names)) > 2 else "center",
+    )
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("class capsule")
     ax.set_ylabel("child capsule type" if child_types else "child capsule")
@@ -202,11 +241,14 @@ def capsule_figures(child_types=None, class_names=None):
         images, labels = next(iter(test))
         images, labels = np.asarray(images)[:8], np.asarray(labels)[:8]
         if getattr(model, "reconstruction", False):
-            poses = plot_reconstructions(model, images, labels,
-                                         os.path.join(output_dir, "reconstructions.png"), names)
-            plot_perturbations(model, poses[0], os.path.join(output_dir, "perturbations.png"),
-                               class_names=names)
-        plot_routing(model, images, labels, os.path.join(output_dir, "routing.png"), child_types,
-                     names)
+            poses = plot_reconstructions(
+                model, images, labels, os.path.join(output_dir, "reconstructions.png"), names
+            )
+            plot_perturbations(
+                model, poses[0], os.path.join(output_dir, "perturbations.png"), class_names=names
+            )
+        plot_routing(
+            model, images, labels, os.path.join(output_dir, "routing.png"), child_types, names
+        )
 
     return figures

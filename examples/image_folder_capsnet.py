@@ -23,10 +23,10 @@ capsule figures (training curves, reconstructions, perturbations, routing)
 to --output-dir (default runs/image_folder_capsnet).
 """
 
-import keras  # (before tensorflow, see common.py)
-
 import common
 import figures
+import keras  # (before tensorflow, see common.py)
+
 from keras_capsules.models import CapsNet, EfficientCapsNet
 
 SPLIT_SEED = 1337  # the train/test split, independent of --seed
@@ -34,12 +34,18 @@ SPLIT_SEED = 1337  # the train/test split, independent of --seed
 
 def add_arguments(parser):
     parser.add_argument("directory", help="folder of class sub-folders of images")
-    parser.add_argument("--test-dir", default=None,
-                        help="separate test folder with the same class sub-folders")
-    parser.add_argument("--test-fraction", type=float, default=0.2,
-                        help="share of DIR held out as the test set without --test-dir")
-    parser.add_argument("--image-size", type=int, nargs=2, default=(64, 64),
-                        metavar=("HEIGHT", "WIDTH"))
+    parser.add_argument(
+        "--test-dir", default=None, help="separate test folder with the same class sub-folders"
+    )
+    parser.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.2,
+        help="share of DIR held out as the test set without --test-dir",
+    )
+    parser.add_argument(
+        "--image-size", type=int, nargs=2, default=(64, 64), metavar=("HEIGHT", "WIDTH")
+    )
     parser.add_argument("--color-mode", choices=("rgb", "grayscale"), default="rgb")
     parser.add_argument("--model", choices=("efficient", "capsnet"), default="efficient")
 
@@ -51,8 +57,15 @@ def _read(directory, args, **kwargs):
     files of that order (shuffled each epoch) and the others (in order).
     """
     return keras.utils.image_dataset_from_directory(
-        directory, labels="inferred", label_mode="int", color_mode=args.color_mode,
-        batch_size=None, image_size=tuple(args.image_size), seed=SPLIT_SEED, **kwargs)
+        directory,
+        labels="inferred",
+        label_mode="int",
+        color_mode=args.color_mode,
+        batch_size=None,
+        image_size=tuple(args.image_size),
+        seed=SPLIT_SEED,
+        **kwargs,
+    )
 
 
 def split_images(args):
@@ -66,20 +79,25 @@ def split_images(args):
     if args.test_dir:
         train, test = _read(args.directory, args), _read(args.test_dir, args, shuffle=False)
         if test.class_names != train.class_names:
-            raise SystemExit(f"--test-dir classes {test.class_names} differ from "
-                             f"{args.directory}'s {train.class_names}")
+            raise SystemExit(
+                f"--test-dir classes {test.class_names} differ from "
+                f"{args.directory}'s {train.class_names}"
+            )
         held_out_test = []
     else:
-        train, test = _read(args.directory, args, validation_split=args.test_fraction,
-                            subset="both")
+        train, test = _read(
+            args.directory, args, validation_split=args.test_fraction, subset="both"
+        )
         held_out_test = test.file_paths
     args.class_names = train.class_names
     images = len(train.file_paths)  # not in the test set
     validation_images = round(args.validation_fraction * images)
     if args.validation_fraction and not 0 < validation_images < images:
-        raise SystemExit(f"--validation-fraction {args.validation_fraction} of the {images} "
-                         f"training images of {args.directory} leaves no validation or "
-                         "training image: change it, or pass 0 for no validation.")
+        raise SystemExit(
+            f"--validation-fraction {args.validation_fraction} of the {images} "
+            f"training images of {args.directory} leaves no validation or "
+            "training image: change it, or pass 0 for no validation."
+        )
     validation = None
     if validation_images:
         # The same order split once more, further from its end: the images
@@ -87,19 +105,28 @@ def split_images(args):
         # images (when they come from DIR).
         total = images + len(held_out_test)
         held_out = validation_images + len(held_out_test)
-        train, rest = _read(args.directory, args, validation_split=(held_out + 0.5) / total,
-                            subset="both", verbose=False)
+        train, rest = _read(
+            args.directory,
+            args,
+            validation_split=(held_out + 0.5) / total,
+            subset="both",
+            verbose=False,
+        )
         if rest.file_paths[validation_images:] != held_out_test:
-            raise RuntimeError("the validation split moved the test images of "
-                               f"{args.directory}")
+            raise RuntimeError(f"the validation split moved the test images of {args.directory}")
         validation = rest.take(validation_images)
         validation.file_paths = rest.file_paths[:validation_images]
         validation.class_names = args.class_names
-    print(f"{len(train.file_paths)} training, {validation_images} validation and "
-          f"{len(test.file_paths)} test images")
+    print(
+        f"{len(train.file_paths)} training, {validation_images} validation and "
+        f"{len(test.file_paths)} test images"
+    )
     args.extra_metrics = {  # into metrics.json
-        "class_names": list(args.class_names), "train_images": len(train.file_paths),
-        "validation_images": validation_images, "test_images": len(test.file_paths)}
+        "class_names": list(args.class_names),
+        "train_images": len(train.file_paths),
+        "validation_images": validation_images,
+        "test_images": len(test.file_paths),
+    }
     return train, validation, test
 
 
@@ -112,15 +139,17 @@ def load_data(args, batch_size, drop_remainder=False):
             ds = ds.shuffle(10_000, reshuffle_each_iteration=True)
         return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(-1)
 
-    return (finish(train, True), None if validation is None else finish(validation, False),
-            finish(test, False))
+    return (
+        finish(train, True),
+        None if validation is None else finish(validation, False),
+        finish(test, False),
+    )
 
 
 def build_model(args):
     channels = 1 if args.color_mode == "grayscale" else 3
     model = EfficientCapsNet if args.model == "efficient" else CapsNet
-    return model((*args.image_size, channels), len(args.class_names),
-                 router=args.router)
+    return model((*args.image_size, channels), len(args.class_names), router=args.router)
 
 
 def make_optimizer(args, steps_per_epoch):
@@ -132,8 +161,15 @@ def make_optimizer(args, steps_per_epoch):
 
 def main(argv=None):
     return common.run(
-        "image_folder_capsnet", __doc__.split("\n")[2], build_model, load_data, make_optimizer,
-        figures.capsule_figures(), epochs=20, batch_size=32, argv=argv,
+        "image_folder_capsnet",
+        __doc__.split("\n")[2],
+        build_model,
+        load_data,
+        make_optimizer,
+        figures.capsule_figures(),
+        epochs=20,
+        batch_size=32,
+        argv=argv,
         add_arguments=add_arguments,
     )
 

@@ -28,11 +28,11 @@ curves, reconstructions, capsule-dimension perturbations as in the paper's
 Fig. 4, routing coefficients) to --output-dir (default runs/mnist_capsnet).
 """
 
-import keras  # noqa: F401  (before tensorflow, see common.py)
-
 import common
 import data
 import figures
+import keras  # noqa: F401  (before tensorflow, see common.py)
+
 from keras_capsules.models import CapsNet
 
 
@@ -44,16 +44,19 @@ def load_data(args, batch_size, drop_remainder=False):
     train_split, validation_split = data.train_validation_splits(args.validation_fraction)
 
     def load(split, augment):
-        return data.mnist(split, batch_size, augment, args.data_dir,
-                          drop_remainder=drop_remainder)
+        return data.mnist(split, batch_size, augment, args.data_dir, drop_remainder=drop_remainder)
 
     validation = None if validation_split is None else load(validation_split, None)
     return load(train_split, "capsnet"), validation, load("test", None)
 
 
 def add_arguments(parser):
-    parser.add_argument("--lr-decay", choices=("paper", "run"), default="paper",
-                        help="paper: x0.96 every 2000 steps; run: to x0.1 by the last step")
+    parser.add_argument(
+        "--lr-decay",
+        choices=("paper", "run"),
+        default="paper",
+        help="paper: x0.96 every 2000 steps; run: to x0.1 by the last step",
+    )
 
 
 def make_optimizer(args, steps_per_epoch):
@@ -67,9 +70,15 @@ def make_optimizer(args, steps_per_epoch):
 
 def main(argv=None):
     return common.run(
-        "mnist_capsnet", __doc__.split("\n")[2], build_model, load_data, make_optimizer,
-        figures.capsule_figures(child_types=32, class_names=figures.DIGITS), epochs=50,
-        batch_size=128, argv=argv,
+        "mnist_capsnet",
+        __doc__.split("\n")[2],
+        build_model,
+        load_data,
+        make_optimizer,
+        figures.capsule_figures(child_types=32, class_names=figures.DIGITS),
+        epochs=50,
+        batch_size=128,
+        argv=argv,
         add_arguments=add_arguments,
         xla_on_cpu=True,  # measured 3x faster on TF CPU for this model (common.py)
         torch_compile=True,  # measured 1.16-1.27x faster once compiled (common.py)

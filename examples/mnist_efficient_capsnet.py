@@ -24,11 +24,11 @@ curves, reconstructions, capsule-dimension perturbations, routing
 coefficients) to --output-dir (default runs/mnist_efficient_capsnet).
 """
 
-import keras  # noqa: F401  (before tensorflow, see common.py)
-
 import common
 import data
 import figures
+import keras  # noqa: F401  (before tensorflow, see common.py)
+
 from keras_capsules.models import EfficientCapsNet
 
 
@@ -40,8 +40,7 @@ def load_data(args, batch_size, drop_remainder=False):
     train_split, validation_split = data.train_validation_splits(args.validation_fraction)
 
     def load(split, augment):
-        return data.mnist(split, batch_size, augment, args.data_dir,
-                          drop_remainder=drop_remainder)
+        return data.mnist(split, batch_size, augment, args.data_dir, drop_remainder=drop_remainder)
 
     validation = None if validation_split is None else load(validation_split, None)
     return load(train_split, "efficient_capsnet"), validation, load("test", None)
@@ -61,9 +60,15 @@ def make_optimizer(args, steps_per_epoch):
 
 def main(argv=None):
     return common.run(
-        "mnist_efficient_capsnet", __doc__.split("\n")[2], build_model, load_data,
-        make_optimizer, figures.capsule_figures(class_names=figures.DIGITS), epochs=PAPER_EPOCHS,
-        batch_size=16, argv=argv,
+        "mnist_efficient_capsnet",
+        __doc__.split("\n")[2],
+        build_model,
+        load_data,
+        make_optimizer,
+        figures.capsule_figures(class_names=figures.DIGITS),
+        epochs=PAPER_EPOCHS,
+        batch_size=16,
+        argv=argv,
         xla_on_cpu=True,  # measured faster on TF CPU for this model (common.py)
     )
 

@@ -30,12 +30,12 @@ capsules in red and green, and the predicted pair.
 
 import os
 
+import common
+import data
 import keras  # (before tensorflow, see common.py)
 import numpy as np
 from keras import ops
 
-import common
-import data
 from keras_capsules.models import CapsNet, EfficientCapsNet
 
 SIZE = data.MULTIMNIST_SIZE
@@ -52,18 +52,26 @@ def add_arguments(parser):
 def build_model(args):
     # Two labels per image: the margin loss with two 1s in T, each digit
     # reconstructed from its own capsule, LabelSetAccuracy(2) as "accuracy".
-    return MODELS[args.model]((SIZE, SIZE, 1), 10, router=args.router, labels_per_image=2,
-                              reconstruction_weight=RECONSTRUCTION_WEIGHT)
+    return MODELS[args.model](
+        (SIZE, SIZE, 1),
+        10,
+        router=args.router,
+        labels_per_image=2,
+        reconstruction_weight=RECONSTRUCTION_WEIGHT,
+    )
 
 
 def load_data(args, batch_size, drop_remainder=False):
     train_split, validation_split = data.train_validation_splits(args.validation_fraction)
-    train = data.multimnist(train_split, batch_size, args.data_dir,
-                            drop_remainder=drop_remainder)
+    train = data.multimnist(train_split, batch_size, args.data_dir, drop_remainder=drop_remainder)
     validation, test = (
-        None if split is None else data.multimnist(split, batch_size, args.data_dir, seed=0,
-                                                   drop_remainder=drop_remainder)
-        for split in (validation_split, "test"))
+        None
+        if split is None
+        else data.multimnist(
+            split, batch_size, args.data_dir, seed=0, drop_remainder=drop_remainder
+        )
+        for split in (validation_split, "test")
+    )
     return train, validation, test
 
 
@@ -93,8 +101,9 @@ def plot_multimnist(model, images, labels, path):
     fig, axes = plt.subplots(2, batch, figsize=(1.5 * batch, 3.4), squeeze=False)
     for i in range(batch):
         axes[0, i].imshow(images[i, ..., 0], cmap="gray", vmin=0, vmax=1)
-        axes[0, i].set_title(f"true {sorted(labels[i].tolist())}\npred {pairs[i].tolist()}",
-                             fontsize=8)
+        axes[0, i].set_title(
+            f"true {sorted(labels[i].tolist())}\npred {pairs[i].tolist()}", fontsize=8
+        )
         axes[1, i].imshow(rgb[i])
         for ax in axes[:, i]:
             ax.set_xticks([])
@@ -114,8 +123,16 @@ def figures(model, test, output_dir, args=None):
 
 def main(argv=None):
     return common.run(
-        "multimnist_capsnet", __doc__.split("\n")[2], build_model, load_data, make_optimizer,
-        figures, epochs=10, batch_size=32, argv=argv, add_arguments=add_arguments,
+        "multimnist_capsnet",
+        __doc__.split("\n")[2],
+        build_model,
+        load_data,
+        make_optimizer,
+        figures,
+        epochs=10,
+        batch_size=32,
+        argv=argv,
+        add_arguments=add_arguments,
         xla_on_cpu=True,
     )
 

@@ -74,8 +74,10 @@ def main(argv=None):
     parser.add_argument("data_dir", help="TFDS data dir to write (TFDS_DATA_DIR)")
     args = parser.parse_args(argv)
     splits = prepare(args.npz, os.path.abspath(args.data_dir))
-    print(f"mnist prepared in {os.path.abspath(args.data_dir)}: "
-          + ", ".join(f"{name} {split.num_examples}" for name, split in splits.items()))
+    print(
+        f"mnist prepared in {os.path.abspath(args.data_dir)}: "
+        + ", ".join(f"{name} {split.num_examples}" for name, split in splits.items())
+    )
 
 
 if __name__ == "__main__":

@@ -30,9 +30,9 @@ def readme_model(router):
     """The README's "Usage" model with `router=router`."""
     images = keras.Input((28, 28, 1))
     x = keras.layers.Conv2D(256, 9, activation="relu")(images)
-    x = kc.PrimaryCapsule(32, 8, kernel_size=9, strides=2)(x)   # 1152 capsules of 8D
-    digits = kc.Capsule(10, 16, router=router)(x)                # routing by agreement
-    lengths = kc.Length()(digits)                                # class scores
+    x = kc.PrimaryCapsule(32, 8, kernel_size=9, strides=2)(x)  # 1152 capsules of 8D
+    digits = kc.Capsule(10, 16, router=router)(x)  # routing by agreement
+    lengths = kc.Length()(digits)  # class scores
     model = keras.Model(images, lengths)
     model.compile(optimizer="adam", loss=kc.MarginLoss(), metrics=["accuracy"])
     return model
@@ -50,8 +50,9 @@ class _Losses(keras.callbacks.Callback):
 def train_router(router, args):
     if args.seed is not None:
         keras.utils.set_random_seed(args.seed)
-    train = data.mnist(f"train[:{args.train_images}]", args.batch_size,
-                       data_dir=args.data_dir, shuffle=True)
+    train = data.mnist(
+        f"train[:{args.train_images}]", args.batch_size, data_dir=args.data_dir, shuffle=True
+    )
     test = data.mnist(f"test[:{args.test_images}]", args.batch_size, data_dir=args.data_dir)
     model = readme_model(router)
     losses = _Losses()
@@ -59,8 +60,13 @@ def train_router(router, args):
     model.fit(train, epochs=1, callbacks=[losses], verbose=0)
     seconds = time.perf_counter() - start
     _, accuracy = model.evaluate(test, verbose=0)
-    return {"router": router, "test_accuracy": float(accuracy), "first_loss": losses.first,
-            "epoch_loss": losses.last, "train_seconds": seconds}
+    return {
+        "router": router,
+        "test_accuracy": float(accuracy),
+        "first_loss": losses.first,
+        "epoch_loss": losses.last,
+        "train_seconds": seconds,
+    }
 
 
 def main(argv=None):
@@ -70,11 +76,17 @@ def main(argv=None):
     parser.add_argument("--test-images", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data-dir", default=None,
-                        help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)",
+    )
     parser.add_argument("--output-dir", default=os.path.join("runs", "readme_usage"))
-    parser.add_argument("--smoke", action="store_true",
-                        help="8 training and 8 test images of tfds.testing.mock_data (tests)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="8 training and 8 test images of tfds.testing.mock_data (tests)",
+    )
     args = parser.parse_args(argv)
     if argv is None:
         use_xla_cpu_convolutions()
@@ -94,13 +106,25 @@ def main(argv=None):
     print(f"| router | {backend}: test accuracy | first-step loss | epoch loss | seconds |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for r in results:
-        print(f"| `{r['router']}` | {100 * r['test_accuracy']:.1f} % | {r['first_loss']:.3f} "
-              f"| {r['epoch_loss']:.3f} | {r['train_seconds']:.0f} |")
+        print(
+            f"| `{r['router']}` | {100 * r['test_accuracy']:.1f} % | {r['first_loss']:.3f} "
+            f"| {r['epoch_loss']:.3f} | {r['train_seconds']:.0f} |"
+        )
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "readme_usage.json"), "w") as f:
-        json.dump({"backend": backend, "keras": keras.__version__, "results": results,
-                   **{k: getattr(args, k) for k in ("train_images", "test_images",
-                                                    "batch_size", "seed")}}, f, indent=2)
+        json.dump(
+            {
+                "backend": backend,
+                "keras": keras.__version__,
+                "results": results,
+                **{
+                    k: getattr(args, k)
+                    for k in ("train_images", "test_images", "batch_size", "seed")
+                },
+            },
+            f,
+            indent=2,
+        )
     return results
 
 

@@ -19,17 +19,19 @@ Writes training_log.csv, metrics.json, model.keras and figures to
 --output-dir (default runs/smallnorb_efficient_capsnet).
 """
 
-import keras  # noqa: F401  (before tensorflow, see common.py)
-
 import common
 import data
 import figures
+import keras  # noqa: F401  (before tensorflow, see common.py)
+
 from keras_capsules.models import EfficientCapsNet
 
 
 def build_model(args):
     return EfficientCapsNet(
-        (32, 32, 2), len(data.SMALLNORB_CLASSES), router=args.router,
+        (32, 32, 2),
+        len(data.SMALLNORB_CLASSES),
+        router=args.router,
         decoder_activation="linear",
     )
 
@@ -46,9 +48,15 @@ def make_optimizer(args, steps_per_epoch):
 
 def main(argv=None):
     return common.run(
-        "smallnorb_efficient_capsnet", __doc__.split("\n")[2], build_model, load_data,
-        make_optimizer, figures.capsule_figures(class_names=data.SMALLNORB_CLASSES), epochs=100,
-        batch_size=16, argv=argv,
+        "smallnorb_efficient_capsnet",
+        __doc__.split("\n")[2],
+        build_model,
+        load_data,
+        make_optimizer,
+        figures.capsule_figures(class_names=data.SMALLNORB_CLASSES),
+        epochs=100,
+        batch_size=16,
+        argv=argv,
         xla_on_cpu=True,  # measured faster on TF CPU for this model (common.py)
     )
 

@@ -34,28 +34,38 @@ model.keras and training curves to --output-dir (default
 runs/smallnorb_matrix_capsnet).
 """
 
-import keras  # noqa: F401  (before tensorflow, see common.py)
-
 import common
 import data
+import keras  # noqa: F401  (before tensorflow, see common.py)
+
 from keras_capsules.callbacks import SpreadLossMarginScheduler
 from keras_capsules.models import MatrixCapsNet
 
 
 def add_arguments(parser):
-    parser.add_argument("--capsules", type=int, nargs=4, default=[32, 32, 32, 32],
-                        metavar=("A", "B", "C", "D"),
-                        help="conv channels A and capsule types B, C, D (paper: 32 32 32 32)")
-    parser.add_argument("--iterations", type=int, default=3,
-                        help="EM routing iterations (unused with --router)")
+    parser.add_argument(
+        "--capsules",
+        type=int,
+        nargs=4,
+        default=[32, 32, 32, 32],
+        metavar=("A", "B", "C", "D"),
+        help="conv channels A and capsule types B, C, D (paper: 32 32 32 32)",
+    )
+    parser.add_argument(
+        "--iterations", type=int, default=3, help="EM routing iterations (unused with --router)"
+    )
 
 
 def build_model(args):
     conv_filters, primary_capsules, conv_capsules1, conv_capsules2 = args.capsules
     return MatrixCapsNet(
-        (32, 32, 2), len(data.SMALLNORB_CLASSES), conv_filters=conv_filters,
-        primary_capsules=primary_capsules, conv_capsules1=conv_capsules1,
-        conv_capsules2=conv_capsules2, iterations=args.iterations,
+        (32, 32, 2),
+        len(data.SMALLNORB_CLASSES),
+        conv_filters=conv_filters,
+        primary_capsules=primary_capsules,
+        conv_capsules1=conv_capsules1,
+        conv_capsules2=conv_capsules2,
+        iterations=args.iterations,
         router=args.router,
     )
 
@@ -75,9 +85,16 @@ def margin_schedule(model, args, steps_per_epoch):
 
 def main(argv=None):
     return common.run(
-        "smallnorb_matrix_capsnet", __doc__.split("\n")[2], build_model, load_data,
-        make_optimizer, epochs=50, batch_size=32, argv=argv,
-        add_arguments=add_arguments, callbacks=margin_schedule,
+        "smallnorb_matrix_capsnet",
+        __doc__.split("\n")[2],
+        build_model,
+        load_data,
+        make_optimizer,
+        epochs=50,
+        batch_size=32,
+        argv=argv,
+        add_arguments=add_arguments,
+        callbacks=margin_schedule,
     )
 
 

@@ -55,8 +55,7 @@ class SpreadLossMarginScheduler(keras.callbacks.Callback):
         super().__init__()
         if not isinstance(loss, SpreadLoss):
             raise ValueError(
-                "`loss` must be a keras_capsules.losses.SpreadLoss. "
-                f"Received: loss={loss!r}"
+                f"`loss` must be a keras_capsules.losses.SpreadLoss. Received: loss={loss!r}"
             )
         self.loss = loss
         # Margins, as SpreadLoss(margin) takes them.

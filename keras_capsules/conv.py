@@ -220,8 +220,11 @@ def _layers_within(layer, seen):
     for value in vars(layer).values():
         if isinstance(value, dict):
             value = list(value.values())
-        children += [v for v in (value if isinstance(value, (list, tuple)) else [value])
-                     if isinstance(v, keras.layers.Layer)]
+        children += [
+            v
+            for v in (value if isinstance(value, (list, tuple)) else [value])
+            if isinstance(v, keras.layers.Layer)
+        ]
     for child in children:
         yield from _layers_within(child, seen)
 

@@ -183,8 +183,7 @@ def _jax_scope(launcher):
     distribution = keras.distribution.DataParallel(devices=devices)
     keras.distribution.set_distribution(distribution)
     try:
-        yield Cluster("jax", jax.process_count(), jax.process_index(), len(devices),
-                      distribution)
+        yield Cluster("jax", jax.process_count(), jax.process_index(), len(devices), distribution)
     finally:
         keras.distribution.set_distribution(None)
     if launcher is not None:  # Waits for every process: not after an error.
@@ -199,14 +198,16 @@ def _tensorflow_scope(launcher):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()  # Reads TF_CONFIG.
         config = json.loads(launcher["TF_CONFIG"])
         num_processes, process_id = _tf_worker(
-            config["cluster"], config["task"]["type"], config["task"]["index"])
+            config["cluster"], config["task"]["type"], config["task"]["index"]
+        )
     else:
         devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
         strategy = tf.distribute.MirroredStrategy([d.name for d in devices])
         num_processes, process_id = 1, 0
     with strategy.scope():
-        yield Cluster("tensorflow", num_processes, process_id,
-                      strategy.num_replicas_in_sync, strategy)
+        yield Cluster(
+            "tensorflow", num_processes, process_id, strategy.num_replicas_in_sync, strategy
+        )
 
 
 @contextlib.contextmanager
@@ -230,8 +231,9 @@ def _torch_scope(launcher):
     if started:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
-        yield Cluster("torch", dist.get_world_size(), dist.get_rank(),
-                      dist.get_world_size(), device)
+        yield Cluster(
+            "torch", dist.get_world_size(), dist.get_rank(), dist.get_world_size(), device
+        )
     finally:
         if started:
             dist.destroy_process_group()
@@ -241,11 +243,22 @@ def _tf_worker(cluster, task_type, task_index):
     """(workers, this worker's index) of a TF_CONFIG cluster; a chief is 0."""
     chiefs = len(cluster.get("chief", []))
     return chiefs + len(cluster.get("worker", [])), task_index + (
-        chiefs if task_type == "worker" else 0)
+        chiefs if task_type == "worker" else 0
+    )
 
 
-def fit(model, x, y=None, batch_size=None, epochs=1, steps_per_epoch=None,
-        callbacks=None, validation_data=None, validation_steps=None, verbose="auto"):
+def fit(
+    model,
+    x,
+    y=None,
+    batch_size=None,
+    epochs=1,
+    steps_per_epoch=None,
+    callbacks=None,
+    validation_data=None,
+    validation_steps=None,
+    verbose="auto",
+):
     """`model.fit` in a `scope()`, on global batches; returns the `History`.
 
     `x` is a batched `tf.data.Dataset` of `(inputs, labels)` global batches,
@@ -271,12 +284,28 @@ def fit(model, x, y=None, batch_size=None, epochs=1, steps_per_epoch=None,
     """
     loop = _multi_process_loop(model)
     if loop is None:
-        return model.fit(x, y, batch_size=batch_size, epochs=epochs,
-                         steps_per_epoch=steps_per_epoch, callbacks=callbacks,
-                         validation_data=validation_data,
-                         validation_steps=validation_steps, verbose=verbose)
-    return loop.fit(x, y, batch_size, epochs, steps_per_epoch, callbacks,
-                    validation_data, validation_steps, verbose)
+        return model.fit(
+            x,
+            y,
+            batch_size=batch_size,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=callbacks,
+            validation_data=validation_data,
+            validation_steps=validation_steps,
+            verbose=verbose,
+        )
+    return loop.fit(
+        x,
+        y,
+        batch_size,
+        epochs,
+        steps_per_epoch,
+        callbacks,
+        validation_data,
+        validation_steps,
+        verbose,
+    )
 
 
 def evaluate(model, x, y=None, batch_size=None, steps=None):
@@ -295,8 +324,7 @@ def evaluate(model, x, y=None, batch_size=None, steps=None):
     """
     loop = _multi_process_loop(model)
     if loop is None:
-        return model.evaluate(x, y, batch_size=batch_size, steps=steps, verbose=0,
-                              return_dict=True)
+        return model.evaluate(x, y, batch_size=batch_size, steps=steps, verbose=0, return_dict=True)
     return loop.evaluate(x, y, batch_size, steps)
 
 
@@ -313,8 +341,9 @@ def _multi_process_loop(model):
         strategy = model.distribute_strategy
         if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             resolver = strategy.cluster_resolver
-            workers, index = _tf_worker(resolver.cluster_spec().as_dict(),
-                                        resolver.task_type, resolver.task_id)
+            workers, index = _tf_worker(
+                resolver.cluster_spec().as_dict(), resolver.task_type, resolver.task_id
+            )
             if workers > 1:
                 return _TensorFlowLoop(model, workers, index)
     return None
@@ -353,12 +382,15 @@ def local_batches(x, y=None, batch_size=None, num_processes=1, process_id=0):
         import torch
 
         _check_divisible(batch_size, num_processes)
-        data = torch.utils.data.TensorDataset(torch.as_tensor(np.asarray(x)),
-                                              torch.as_tensor(np.asarray(y)))
+        data = torch.utils.data.TensorDataset(
+            torch.as_tensor(np.asarray(x)), torch.as_tensor(np.asarray(y))
+        )
         sampler = torch.utils.data.distributed.DistributedSampler(
-            data, num_processes, process_id, shuffle=False, drop_last=True)
+            data, num_processes, process_id, shuffle=False, drop_last=True
+        )
         yield from torch.utils.data.DataLoader(
-            data, batch_size=batch_size // num_processes, sampler=sampler, drop_last=True)
+            data, batch_size=batch_size // num_processes, sampler=sampler, drop_last=True
+        )
         return
     import tensorflow as tf
 
@@ -404,16 +436,33 @@ class _Loop:
     def batches(self, x, y, batch_size):
         return local_batches(x, y, batch_size, self.num_processes, self.process_id)
 
-    def fit(self, x, y, batch_size, epochs, steps_per_epoch, callbacks, validation_data,
-            validation_steps, verbose):
+    def fit(
+        self,
+        x,
+        y,
+        batch_size,
+        epochs,
+        steps_per_epoch,
+        callbacks,
+        validation_data,
+        validation_steps,
+        verbose,
+    ):
         model = self.model
         if model.optimizer is None:
-            raise ValueError("Call `model.compile(optimizer=...)` before `fit`. "
-                             "Received: optimizer=None")
+            raise ValueError(
+                "Call `model.compile(optimizer=...)` before `fit`. Received: optimizer=None"
+            )
         verbose = 1 if verbose == "auto" else verbose
         callback_list = keras.callbacks.CallbackList(
-            callbacks, add_history=True, add_progbar=bool(verbose) and self.process_id == 0,
-            model=model, verbose=verbose, epochs=epochs, steps=steps_per_epoch)
+            callbacks,
+            add_history=True,
+            add_progbar=bool(verbose) and self.process_id == 0,
+            model=model,
+            verbose=verbose,
+            epochs=epochs,
+            steps=steps_per_epoch,
+        )
         model.stop_training = False
         callback_list.on_train_begin()
         batches, logs = None, {}
@@ -465,6 +514,7 @@ class _TensorFlowLoop(_Loop):
                 strategy.run(step, args=((inputs, labels),))
                 # Read outside the replicas: summed over the workers.
                 return model.get_metrics_result()
+
             return function
 
         self._train, self._test = run(model.train_step), run(model.test_step)

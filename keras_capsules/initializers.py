@@ -140,9 +140,7 @@ def transform_initializer(vote_stddev, input_length=INPUT_LENGTH):
     >>> round(init.stddev * 0.8796, 3)   # the drawn weights' standard deviation
     0.147
     """
-    return keras.initializers.TruncatedNormal(
-        stddev=vote_stddev / input_length / _TRUNCATED_STDDEV
-    )
+    return keras.initializers.TruncatedNormal(stddev=vote_stddev / input_length / _TRUNCATED_STDDEV)
 
 
 def householder_initializer():

@@ -117,7 +117,9 @@ class _MarginState(keras.metrics.Metric):
         # cross-replica assign under tf.distribute gives each replica
         # margin / num_replicas. "mean" gives each replica the margin.
         self.margin = self.add_variable(
-            shape=(), initializer=keras.initializers.Constant(margin), aggregation="mean",
+            shape=(),
+            initializer=keras.initializers.Constant(margin),
+            aggregation="mean",
             name="margin",
         )
 
@@ -177,9 +179,7 @@ class SpreadLoss(keras.losses.Loss):
     ICLR 2018.
     """
 
-    def __init__(
-        self, margin=0.2, name="spread_loss", reduction="sum_over_batch_size", dtype=None
-    ):
+    def __init__(self, margin=0.2, name="spread_loss", reduction="sum_over_batch_size", dtype=None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.margin_state = _MarginState(positive_float(margin, "margin"))
 

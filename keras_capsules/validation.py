@@ -34,9 +34,7 @@ def is_real(value):
 def positive_int(value, name):
     """Returns `value` as a Python int if it is an integer >= 1, else raises."""
     if not is_int(value) or value < 1:
-        raise ValueError(
-            f"`{name}` must be a positive integer. Received: {name}={value!r}"
-        )
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
     # operator.index: np.int64(3) -> 3, so configs hold plain ints.
     return operator.index(value)
 
@@ -44,8 +42,7 @@ def positive_int(value, name):
 def int_tuple(value, n, name):
     """Expands an int to an `n`-tuple of positive ints, or checks a tuple."""
     error = ValueError(
-        f"`{name}` must be a positive integer or a tuple of {n} of them. "
-        f"Received: {name}={value!r}"
+        f"`{name}` must be a positive integer or a tuple of {n} of them. Received: {name}={value!r}"
     )
     if is_int(value):
         values = (value,) * n
@@ -61,14 +58,11 @@ def int_tuple(value, n, name):
 def one_of(value, choices, name):
     """Returns `value` if it is in `choices`, else raises."""
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(
-            f"`{name}` must be one of {tuple(choices)}. Received: {name}={value!r}"
-        )
+        raise ValueError(f"`{name}` must be one of {tuple(choices)}. Received: {name}={value!r}")
     return value
 
 
-def finite_float(value, name, low=None, high=None, low_inclusive=False,
-                 high_inclusive=True):
+def finite_float(value, name, low=None, high=None, low_inclusive=False, high_inclusive=True):
     """Returns `float(value)` if it is a finite real number in the given
     range (`low < value <= high` by default; a bound of `None` is open),
     else raises."""
@@ -79,17 +73,16 @@ def finite_float(value, name, low=None, high=None, low_inclusive=False,
         ok = value <= high if high_inclusive else value < high
     if not ok:
         if low is not None and high is not None:
-            condition = (f" in {'[' if low_inclusive else '('}{low}, {high}"
-                         f"{']' if high_inclusive else ')'}")
+            condition = (
+                f" in {'[' if low_inclusive else '('}{low}, {high}{']' if high_inclusive else ')'}"
+            )
         elif low is not None:
             condition = f" {'>=' if low_inclusive else '>'} {low}"
         elif high is not None:
             condition = f" {'<=' if high_inclusive else '<'} {high}"
         else:
             condition = ""
-        raise ValueError(
-            f"`{name}` must be a finite number{condition}. Received: {name}={value!r}"
-        )
+        raise ValueError(f"`{name}` must be a finite number{condition}. Received: {name}={value!r}")
     return float(value)
 
 

@@ -121,9 +121,7 @@ def window_slices(x, kernel_size, strides, padding):
         x = ops.pad(x, [(0, 0), *same_padding(spatial, kernel_size, strides)] + [(0, 0)] * rest)
     slices = []
     for offset in itertools.product(*(range(k) for k in kernel_size)):
-        index = tuple(
-            slice(d, d + (o - 1) * s + 1, s) for d, s, o in zip(offset, strides, out)
-        )
+        index = tuple(slice(d, d + (o - 1) * s + 1, s) for d, s, o in zip(offset, strides, out))
         slices.append(x[(slice(None), *index)])
     return slices
 

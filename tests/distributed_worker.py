@@ -46,19 +46,31 @@ def efficient_capsnet():
 
 
 def matrix_capsnet():
-    model = kc.MatrixCapsNet((24, 24, 1), 3, conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1)
+    model = kc.MatrixCapsNet(
+        (24, 24, 1),
+        3,
+        conv_filters=4,
+        primary_capsules=2,
+        conv_capsules1=2,
+        conv_capsules2=2,
+        iterations=1,
+    )
     return model, None
 
 
-MODELS = {"capsule": capsule_model, "efficient_capsnet": efficient_capsnet,
-          "matrix_capsnet": matrix_capsnet}
+MODELS = {
+    "capsule": capsule_model,
+    "efficient_capsnet": efficient_capsnet,
+    "matrix_capsnet": matrix_capsnet,
+}
 
 
 def global_batch(name):
     """The fixed (inputs, class ids) global batch of a model."""
     rng = np.random.default_rng(0)
-    shape = {"capsule": (6, 4), "efficient_capsnet": (12, 12, 1),
-             "matrix_capsnet": (24, 24, 1)}[name]
+    shape = {"capsule": (6, 4), "efficient_capsnet": (12, 12, 1), "matrix_capsnet": (24, 24, 1)}[
+        name
+    ]
     inputs = rng.uniform(0, 1, (BATCH, *shape)).astype("float32")
     return inputs, np.arange(BATCH) % 3
 
@@ -68,7 +80,7 @@ def noisy_batch(name, process_id, num_processes):
     inputs, labels = global_batch(name)
     size = BATCH // num_processes
     other = np.ones(BATCH, bool)
-    other[process_id * size:(process_id + 1) * size] = False
+    other[process_id * size : (process_id + 1) * size] = False
     rng = np.random.default_rng(100 + process_id)
     inputs[other] = rng.normal(5, 3, inputs[other].shape)
     labels[other] = (labels[other] + 1) % 3
@@ -77,18 +89,23 @@ def noisy_batch(name, process_id, num_processes):
 
 def build(name):
     model, loss = MODELS[name]()
-    model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE), loss=loss,
-                  jit_compile=keras.backend.backend() == "jax")
+    model.compile(
+        optimizer=keras.optimizers.SGD(LEARNING_RATE),
+        loss=loss,
+        jit_compile=keras.backend.backend() == "jax",
+    )
     callbacks = []
     if name == "matrix_capsnet":
-        callbacks.append(kc.callbacks.SpreadLossMarginScheduler(
-            model.spread_loss, start=0.2, end=0.9, steps=MARGIN_STEPS))
+        callbacks.append(
+            kc.callbacks.SpreadLossMarginScheduler(
+                model.spread_loss, start=0.2, end=0.9, steps=MARGIN_STEPS
+            )
+        )
     return model, callbacks
 
 
 def labels_for(model, labels):
-    if isinstance(model, kc.models.base.CapsuleClassifier) or isinstance(
-            model, kc.MatrixCapsNet):
+    if isinstance(model, kc.models.base.CapsuleClassifier) or isinstance(model, kc.MatrixCapsNet):
         return labels
     return np.eye(3, dtype="float32")[labels]  # MarginLoss wants one-hot.
 
@@ -96,8 +113,9 @@ def labels_for(model, labels):
 def train(model, callbacks, inputs, labels):
     dataset = tf.data.Dataset.from_tensor_slices((inputs, labels_for(model, labels)))
     dataset = dataset.batch(BATCH).repeat()
-    history = distribute.fit(model, dataset, epochs=1, steps_per_epoch=STEPS,
-                             callbacks=callbacks, verbose=0)
+    history = distribute.fit(
+        model, dataset, epochs=1, steps_per_epoch=STEPS, callbacks=callbacks, verbose=0
+    )
     return history
 
 
@@ -114,12 +132,20 @@ def main(out_dir, names):
             initial = weights(model)
             inputs, labels = noisy_batch(name, cluster.process_id, cluster.num_processes)
             train(model, callbacks, inputs, labels)
-            margin = (float(keras.ops.convert_to_numpy(model.spread_loss.margin))
-                      if name == "matrix_capsnet" else np.nan)
-            np.savez(os.path.join(out_dir, f"{name}.{cluster.process_id}.npz"),
-                     num_processes=cluster.num_processes, replicas=cluster.replicas,
-                     margin=margin, *initial, *weights(model),
-                     count=len(initial))
+            margin = (
+                float(keras.ops.convert_to_numpy(model.spread_loss.margin))
+                if name == "matrix_capsnet"
+                else np.nan
+            )
+            np.savez(
+                os.path.join(out_dir, f"{name}.{cluster.process_id}.npz"),
+                *initial,
+                *weights(model),
+                num_processes=cluster.num_processes,
+                replicas=cluster.replicas,
+                margin=margin,
+                count=len(initial),
+            )
 
 
 if __name__ == "__main__":

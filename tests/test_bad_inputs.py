@@ -25,36 +25,42 @@ def ones(*shape):
 
 def construct(cls, *args, **kwargs):
     """A case: construct `cls(*args, **kwargs)`."""
-    return lambda: (lambda: cls(*args, **kwargs))
+    return lambda: lambda: cls(*args, **kwargs)
 
 
 def call(make, *inputs):
     """A case: `make()(*inputs)`, the layer made before the check."""
+
     def setup():
         layer = make()
         return lambda: layer(*inputs)
+
     return setup
 
 
 def call_built(make_layer, first_inputs, *inputs):
     """A case: a layer called once with `first_inputs` (computes), then
     with `inputs`, which must be refused."""
+
     def setup():
         layer = make_layer()
         layer(*first_inputs)
         return lambda: layer(*inputs)
+
     return setup
 
 
 def shared_router(router_cls, first, second):
     """A case: one router given to two Capsule layers, `first` and
     `second` = (num_capsules, capsule_dim, in_caps)."""
+
     def setup():
         router = router_cls()
         n, d, i = first
         kc.Capsule(n, d, router=router)(ones(2, i, 4))
         n, d, i = second
         return lambda: kc.Capsule(n, d, router=router)(ones(2, i, 4))
+
     return setup
 
 
@@ -83,21 +89,39 @@ CASES = [
     ("em-epsilon-0", construct(kc.EMRouting, epsilon=0.0), ["epsilon=0.0"]),
     ("em-epsilon-inf", construct(kc.EMRouting, epsilon=INF), ["epsilon=inf"]),
     ("em-inv-temp-0", construct(kc.EMRouting, inverse_temperature=0), ["inverse_temperature=0"]),
-    ("em-inv-temp-nan", construct(kc.EMRouting, inverse_temperature=NAN),
-     ["inverse_temperature=nan"]),
-    ("em-inv-temp-length", construct(kc.EMRouting, inverse_temperature=[1.0, 2.0]),
-     ["inverse_temperature=[1.0, 2.0]"]),
-    ("inverted-iterations", construct(kc.InvertedDotProductRouting, iterations=0),
-     ["iterations=0"]),
-    ("inverted-temperature", construct(kc.InvertedDotProductRouting, temperature=-1),
-     ["temperature=-1"]),
-    ("self-attention-temperature", construct(kc.SelfAttentionRouting, temperature=NAN),
-     ["temperature=nan"]),
+    (
+        "em-inv-temp-nan",
+        construct(kc.EMRouting, inverse_temperature=NAN),
+        ["inverse_temperature=nan"],
+    ),
+    (
+        "em-inv-temp-length",
+        construct(kc.EMRouting, inverse_temperature=[1.0, 2.0]),
+        ["inverse_temperature=[1.0, 2.0]"],
+    ),
+    (
+        "inverted-iterations",
+        construct(kc.InvertedDotProductRouting, iterations=0),
+        ["iterations=0"],
+    ),
+    (
+        "inverted-temperature",
+        construct(kc.InvertedDotProductRouting, temperature=-1),
+        ["temperature=-1"],
+    ),
+    (
+        "self-attention-temperature",
+        construct(kc.SelfAttentionRouting, temperature=NAN),
+        ["temperature=nan"],
+    ),
     ("sparse-top-k-0", construct(kc.SparseAttentionRouting, top_k=0), ["top_k=0"]),
     ("sparse-top-k-float", construct(kc.SparseAttentionRouting, top_k=1.5), ["top_k=1.5"]),
     ("sparse-top-k-str", construct(kc.SparseAttentionRouting, top_k="2"), ["top_k='2'"]),
-    ("sparse-temperature-inf", construct(kc.SparseAttentionRouting, temperature=INF),
-     ["temperature=inf"]),
+    (
+        "sparse-temperature-inf",
+        construct(kc.SparseAttentionRouting, temperature=INF),
+        ["temperature=inf"],
+    ),
     # Layers: sizes, int tuples (item 7) and choices.
     ("capsule-num-0", construct(kc.Capsule, 0, 8), ["num_capsules=0"]),
     ("capsule-num-float", construct(kc.Capsule, 3.0, 8), ["num_capsules=3.0"]),
@@ -108,32 +132,47 @@ CASES = [
     ("primary-kernel-None", construct(kc.PrimaryCapsule, 4, 8, None), ["kernel_size=None"]),
     ("primary-kernel-str", construct(kc.PrimaryCapsule, 4, 8, "3"), ["kernel_size='3'"]),
     ("primary-kernel-1-tuple", construct(kc.PrimaryCapsule, 4, 8, (3,)), ["kernel_size=(3,)"]),
-    ("primary-strides-float", construct(kc.PrimaryCapsule, 4, 8, 3, strides=2.0),
-     ["strides=2.0"]),
-    ("primary-strides-bool", construct(kc.PrimaryCapsule, 4, 8, 3, strides=(True, 1)),
-     ["strides=(True, 1)"]),
-    ("primary-padding", construct(kc.PrimaryCapsule, 4, 8, 3, padding="full"),
-     ["padding='full'"]),
-    ("primary-implementation", construct(kc.PrimaryCapsule, 4, 8, 3, implementation="fft"),
-     ["implementation='fft'"]),
-    ("conv2d-kernel-3-tuple", construct(kc.ConvCapsule2D, 2, 4, (3, 3, 3)),
-     ["kernel_size=(3, 3, 3)"]),
+    ("primary-strides-float", construct(kc.PrimaryCapsule, 4, 8, 3, strides=2.0), ["strides=2.0"]),
+    (
+        "primary-strides-bool",
+        construct(kc.PrimaryCapsule, 4, 8, 3, strides=(True, 1)),
+        ["strides=(True, 1)"],
+    ),
+    ("primary-padding", construct(kc.PrimaryCapsule, 4, 8, 3, padding="full"), ["padding='full'"]),
+    (
+        "primary-implementation",
+        construct(kc.PrimaryCapsule, 4, 8, 3, implementation="fft"),
+        ["implementation='fft'"],
+    ),
+    (
+        "conv2d-kernel-3-tuple",
+        construct(kc.ConvCapsule2D, 2, 4, (3, 3, 3)),
+        ["kernel_size=(3, 3, 3)"],
+    ),
     ("conv2d-strides-0", construct(kc.ConvCapsule2D, 2, 4, 3, strides=0), ["strides=0"]),
-    ("conv2d-padding", construct(kc.ConvCapsule2D, 2, 4, 3, padding="causal"),
-     ["padding='causal'"]),
+    (
+        "conv2d-padding",
+        construct(kc.ConvCapsule2D, 2, 4, 3, padding="causal"),
+        ["padding='causal'"],
+    ),
     ("conv2d-dim-0", construct(kc.ConvCapsule2D, 2, 0), ["capsule_dim=0"]),
     ("conv1d-kernel-pair", construct(kc.ConvCapsule1D, 2, 4, (3, 3)), ["kernel_size=(3, 3)"]),
-    ("primary-matrix-pose", construct(kc.PrimaryMatrixCapsule, 2, pose_shape=(4,)),
-     ["pose_shape=(4,)"]),
-    ("primary-matrix-strides", construct(kc.PrimaryMatrixCapsule, 2, strides=1.5),
-     ["strides=1.5"]),
+    (
+        "primary-matrix-pose",
+        construct(kc.PrimaryMatrixCapsule, 2, pose_shape=(4,)),
+        ["pose_shape=(4,)"],
+    ),
+    ("primary-matrix-strides", construct(kc.PrimaryMatrixCapsule, 2, strides=1.5), ["strides=1.5"]),
     ("conv-matrix-kernel-0", construct(kc.ConvMatrixCapsule, 2, 0), ["kernel_size=0"]),
     ("conv-matrix-router", construct(kc.ConvMatrixCapsule, 2, router=5), ["router=5"]),
     ("class-matrix-num-float", construct(kc.ClassMatrixCapsule, 2.0), ["num_capsules=2.0"]),
     ("attention-heads-0", construct(kc.CapsuleAttention, num_heads=0), ["num_heads=0"]),
     ("attention-top-k-0", construct(kc.CapsuleAttention, top_k=0), ["top_k=0"]),
-    ("attention-window-float", construct(kc.CapsuleAttention, window_size=2.5),
-     ["window_size=2.5"]),
+    (
+        "attention-window-float",
+        construct(kc.CapsuleAttention, window_size=2.5),
+        ["window_size=2.5"],
+    ),
     ("pruning-threshold-high", construct(kc.CapsulePruning, 1.5), ["threshold=1.5"]),
     ("pruning-threshold-nan", construct(kc.CapsulePruning, NAN), ["threshold=nan"]),
     ("pruning-threshold-str", construct(kc.CapsulePruning, "0.9"), ["threshold='0.9'"]),
@@ -141,111 +180,192 @@ CASES = [
     ("length-epsilon-neg", construct(kc.Length, epsilon=-1), ["epsilon=-1"]),
     ("length-epsilon-nan", construct(kc.Length, epsilon=NAN), ["epsilon=nan"]),
     ("length-epsilon-str", construct(kc.Length, epsilon="1e-7"), ["epsilon='1e-7'"]),
-    ("strided-conv-implementation", construct(kc.StridedConv2D, 4, 3, implementation="fft"),
-     ["implementation='fft'"]),
+    (
+        "strided-conv-implementation",
+        construct(kc.StridedConv2D, 4, 3, implementation="fft"),
+        ["implementation='fft'"],
+    ),
     # Losses and the margin scheduler (item 8).
     ("margin-m-plus-neg", construct(kc.MarginLoss, m_plus=-0.5), ["m_plus=-0.5"]),
     ("margin-m-plus-high", construct(kc.MarginLoss, m_plus=1.5), ["m_plus=1.5"]),
     ("margin-m-plus-str", construct(kc.MarginLoss, m_plus="high"), ["m_plus='high'"]),
-    ("margin-m-minus-above", construct(kc.MarginLoss, m_plus=0.1, m_minus=0.9),
-     ["m_plus=0.1", "m_minus=0.9"]),
+    (
+        "margin-m-minus-above",
+        construct(kc.MarginLoss, m_plus=0.1, m_minus=0.9),
+        ["m_plus=0.1", "m_minus=0.9"],
+    ),
     ("margin-m-minus-neg", construct(kc.MarginLoss, m_minus=-0.1), ["m_minus=-0.1"]),
     ("margin-down-weight-neg", construct(kc.MarginLoss, down_weight=-1), ["down_weight=-1"]),
     ("margin-down-weight-nan", construct(kc.MarginLoss, down_weight=NAN), ["down_weight=nan"]),
-    ("margin-reduction", construct(kc.MarginLoss, class_reduction="max"),
-     ["class_reduction='max'"]),
+    (
+        "margin-reduction",
+        construct(kc.MarginLoss, class_reduction="max"),
+        ["class_reduction='max'"],
+    ),
     ("spread-margin-0", construct(kc.SpreadLoss, margin=0), ["margin=0"]),
     ("spread-margin-nan", construct(kc.SpreadLoss, margin=NAN), ["margin=nan"]),
     ("spread-margin-str", construct(kc.SpreadLoss, margin="0.2"), ["margin='0.2'"]),
-    ("scheduler-loss", lambda: (lambda: SpreadLossMarginScheduler(kc.MarginLoss())),
-     ["loss=<"]),
-    ("scheduler-steps-0", lambda: (lambda: SpreadLossMarginScheduler(kc.SpreadLoss(), steps=0)),
-     ["steps=0"]),
-    ("scheduler-start-nan",
-     lambda: (lambda: SpreadLossMarginScheduler(kc.SpreadLoss(), start=NAN)), ["start=nan"]),
-    ("scheduler-end-str",
-     lambda: (lambda: SpreadLossMarginScheduler(kc.SpreadLoss(), end="0.9")), ["end='0.9'"]),
+    ("scheduler-loss", lambda: lambda: SpreadLossMarginScheduler(kc.MarginLoss()), ["loss=<"]),
+    (
+        "scheduler-steps-0",
+        lambda: lambda: SpreadLossMarginScheduler(kc.SpreadLoss(), steps=0),
+        ["steps=0"],
+    ),
+    (
+        "scheduler-start-nan",
+        lambda: lambda: SpreadLossMarginScheduler(kc.SpreadLoss(), start=NAN),
+        ["start=nan"],
+    ),
+    (
+        "scheduler-end-str",
+        lambda: lambda: SpreadLossMarginScheduler(kc.SpreadLoss(), end="0.9"),
+        ["end='0.9'"],
+    ),
     # The ready models check their arguments first.
     ("capsnet-classes-0", construct(kc.CapsNet, num_classes=0), ["num_classes=0"]),
-    ("capsnet-shape-2d", construct(kc.CapsNet, input_shape=(28, 28)),
-     ["input_shape=(28, 28)"]),
-    ("efficient-classes-float", construct(kc.EfficientCapsNet, num_classes=2.5),
-     ["num_classes=2.5"]),
+    ("capsnet-shape-2d", construct(kc.CapsNet, input_shape=(28, 28)), ["input_shape=(28, 28)"]),
+    (
+        "efficient-classes-float",
+        construct(kc.EfficientCapsNet, num_classes=2.5),
+        ["num_classes=2.5"],
+    ),
     ("matrix-net-margin", construct(kc.MatrixCapsNet, margin=NAN), ["margin=nan"]),
-    ("matrix-net-conv-filters-float", construct(kc.MatrixCapsNet, conv_filters=4.0), ["conv_filters=4.0"]),
+    (
+        "matrix-net-conv-filters-float",
+        construct(kc.MatrixCapsNet, conv_filters=4.0),
+        ["conv_filters=4.0"],
+    ),
     # Calls: child activations against the votes (item 4).
-    ("em-activations-width", call(kc.EMRouting, VOTES, ones(2, 5)),
-     ["activations.shape=(2, 5)", "(2, 6, 3, 4)"]),
-    ("em-activations-rank", call(kc.EMRouting, VOTES, ones(2, 6, 1)),
-     ["activations.shape=(2, 6, 1)"]),
-    ("self-routing-activations", call(kc.SelfRouting, VOTES, ones(2, 5)),
-     ["activations.shape=(2, 5)"]),
-    ("dynamic-activations-batch", call(kc.DynamicRouting, VOTES, ones(3, 6)),
-     ["activations.shape=(3, 6)"]),
+    (
+        "em-activations-width",
+        call(kc.EMRouting, VOTES, ones(2, 5)),
+        ["activations.shape=(2, 5)", "(2, 6, 3, 4)"],
+    ),
+    (
+        "em-activations-rank",
+        call(kc.EMRouting, VOTES, ones(2, 6, 1)),
+        ["activations.shape=(2, 6, 1)"],
+    ),
+    (
+        "self-routing-activations",
+        call(kc.SelfRouting, VOTES, ones(2, 5)),
+        ["activations.shape=(2, 5)"],
+    ),
+    (
+        "dynamic-activations-batch",
+        call(kc.DynamicRouting, VOTES, ones(3, 6)),
+        ["activations.shape=(3, 6)"],
+    ),
     ("router-votes-rank", call(kc.DynamicRouting, ones(2, 6, 4)), ["votes.shape=(2, 6, 4)"]),
-    ("capsule-em-activations",
-     call(lambda: kc.Capsule(3, 8, router=kc.EMRouting()), [ones(2, 6, 4), ones(2, 5)]),
-     ["activations.shape=(2, 5)"]),
+    (
+        "capsule-em-activations",
+        call(lambda: kc.Capsule(3, 8, router=kc.EMRouting()), [ones(2, 6, 4), ones(2, 5)]),
+        ["activations.shape=(2, 5)"],
+    ),
     ("capsule-poses-rank", call(lambda: kc.Capsule(3, 8), ones(2, 6)), ["poses.shape=(2, 6)"]),
-    ("capsule-built-activations",
-     call_built(lambda: kc.Capsule(3, 4, router=kc.EMRouting()), [[ones(2, 6, 4), ones(2, 6)]],
-                [ones(2, 6, 4), ones(2, 4)]),
-     ["activations.shape=(2, 4)"]),
-    ("conv2d-activations",
-     call(lambda: kc.ConvCapsule2D(2, 4, 3), [ones(1, 5, 5, 2, 4), ones(1, 5, 5, 3)]),
-     ["activations.shape=(1, 5, 5, 3)"]),
-    ("class-matrix-activations",
-     call(lambda: kc.ClassMatrixCapsule(3), [ones(1, 2, 2, 3, 16), ones(1, 2, 2, 4)]),
-     ["activations.shape=(1, 2, 2, 4)"]),
-    ("conv-matrix-pose-size",
-     call(lambda: kc.ConvMatrixCapsule(2, 1), [ones(1, 2, 2, 3, 9), ones(1, 2, 2, 3)]),
-     ["poses.shape=(1, 2, 2, 3, 9)"]),
+    (
+        "capsule-built-activations",
+        call_built(
+            lambda: kc.Capsule(3, 4, router=kc.EMRouting()),
+            [[ones(2, 6, 4), ones(2, 6)]],
+            [ones(2, 6, 4), ones(2, 4)],
+        ),
+        ["activations.shape=(2, 4)"],
+    ),
+    (
+        "conv2d-activations",
+        call(lambda: kc.ConvCapsule2D(2, 4, 3), [ones(1, 5, 5, 2, 4), ones(1, 5, 5, 3)]),
+        ["activations.shape=(1, 5, 5, 3)"],
+    ),
+    (
+        "class-matrix-activations",
+        call(lambda: kc.ClassMatrixCapsule(3), [ones(1, 2, 2, 3, 16), ones(1, 2, 2, 4)]),
+        ["activations.shape=(1, 2, 2, 4)"],
+    ),
+    (
+        "conv-matrix-pose-size",
+        call(lambda: kc.ConvMatrixCapsule(2, 1), [ones(1, 2, 2, 3, 9), ones(1, 2, 2, 3)]),
+        ["poses.shape=(1, 2, 2, 3, 9)"],
+    ),
     # Mask labels (items 3 and 5).
     ("mask-one-hot-width", call(kc.Mask, [POSES, ones(2, 5)]), ["labels.shape=(2, 5)"]),
-    ("mask-ids-2-columns", call(kc.Mask, [POSES, np.zeros((2, 2), "int32")]),
-     ["labels.shape=(2, 2)"]),
-    ("mask-labels-rank-3", call(kc.Mask, [POSES, ones(2, 10, 1)]),
-     ["labels.shape=(2, 10, 1)"]),
-    ("mask-labels-batch", call(kc.Mask, [POSES, np.zeros((3,), "int32")]),
-     ["labels.shape=(3,)"]),
-    ("mask-built-labels", call_built(kc.Mask, [[POSES, ones(2, 10)]], [POSES, ones(2, 4)]),
-     ["labels.shape=(2, 4)"]),
+    (
+        "mask-ids-2-columns",
+        call(kc.Mask, [POSES, np.zeros((2, 2), "int32")]),
+        ["labels.shape=(2, 2)"],
+    ),
+    ("mask-labels-rank-3", call(kc.Mask, [POSES, ones(2, 10, 1)]), ["labels.shape=(2, 10, 1)"]),
+    ("mask-labels-batch", call(kc.Mask, [POSES, np.zeros((3,), "int32")]), ["labels.shape=(3,)"]),
+    (
+        "mask-built-labels",
+        call_built(kc.Mask, [[POSES, ones(2, 10)]], [POSES, ones(2, 4)]),
+        ["labels.shape=(2, 4)"],
+    ),
     ("mask-poses-rank", call(kc.Mask, ones(2, 10)), ["poses.shape=(2, 10)"]),
     # A built router called with other sizes, or shared (item 6).
-    ("self-attention-built-in-caps",
-     call_built(kc.SelfAttentionRouting, [VOTES], ones(2, 5, 3, 4)),
-     ["in_caps=6", "votes.shape=(2, 5, 3, 4)"]),
-    ("self-routing-built-dim", call_built(kc.SelfRouting, [VOTES], ones(2, 6, 3, 8)),
-     ["dim=4", "votes.shape=(2, 6, 3, 8)"]),
-    ("em-built-out-caps", call_built(kc.EMRouting, [VOTES], ones(2, 6, 5, 4)),
-     ["out_caps=3", "votes.shape=(2, 6, 5, 4)"]),
-    ("self-attention-shared", shared_router(kc.SelfAttentionRouting, (3, 4, 6), (3, 4, 5)),
-     ["in_caps=6", "votes.shape=(2, 5, 3, 4)"]),
-    ("em-shared", shared_router(kc.EMRouting, (3, 4, 6), (4, 4, 6)),
-     ["out_caps=3", "votes.shape=(2, 6, 4, 4)"]),
-    ("inverted-shared", shared_router(kc.InvertedDotProductRouting, (3, 4, 6), (3, 8, 6)),
-     ["dim=4", "votes.shape=(2, 6, 3, 8)"]),
-    ("sparse-top-k-out-caps", call(lambda: kc.SparseAttentionRouting(top_k=4), VOTES),
-     ["top_k=4", "votes.shape=(2, 6, 3, 4)"]),
-    ("sparse-shared-top-k", shared_router(lambda: kc.SparseAttentionRouting(top_k=3),
-                                          (3, 4, 6), (2, 4, 6)),
-     ["top_k=3", "votes.shape=(2, 6, 2, 4)"]),
+    (
+        "self-attention-built-in-caps",
+        call_built(kc.SelfAttentionRouting, [VOTES], ones(2, 5, 3, 4)),
+        ["in_caps=6", "votes.shape=(2, 5, 3, 4)"],
+    ),
+    (
+        "self-routing-built-dim",
+        call_built(kc.SelfRouting, [VOTES], ones(2, 6, 3, 8)),
+        ["dim=4", "votes.shape=(2, 6, 3, 8)"],
+    ),
+    (
+        "em-built-out-caps",
+        call_built(kc.EMRouting, [VOTES], ones(2, 6, 5, 4)),
+        ["out_caps=3", "votes.shape=(2, 6, 5, 4)"],
+    ),
+    (
+        "self-attention-shared",
+        shared_router(kc.SelfAttentionRouting, (3, 4, 6), (3, 4, 5)),
+        ["in_caps=6", "votes.shape=(2, 5, 3, 4)"],
+    ),
+    (
+        "em-shared",
+        shared_router(kc.EMRouting, (3, 4, 6), (4, 4, 6)),
+        ["out_caps=3", "votes.shape=(2, 6, 4, 4)"],
+    ),
+    (
+        "inverted-shared",
+        shared_router(kc.InvertedDotProductRouting, (3, 4, 6), (3, 8, 6)),
+        ["dim=4", "votes.shape=(2, 6, 3, 8)"],
+    ),
+    (
+        "sparse-top-k-out-caps",
+        call(lambda: kc.SparseAttentionRouting(top_k=4), VOTES),
+        ["top_k=4", "votes.shape=(2, 6, 3, 4)"],
+    ),
+    (
+        "sparse-shared-top-k",
+        shared_router(lambda: kc.SparseAttentionRouting(top_k=3), (3, 4, 6), (2, 4, 6)),
+        ["top_k=3", "votes.shape=(2, 6, 2, 4)"],
+    ),
     # Other call-time shapes.
-    ("attention-heads-divide", call(lambda: kc.CapsuleAttention(num_heads=3), ones(2, 6, 8)),
-     ["num_heads=3"]),
-    ("attention-top-k-n", call(lambda: kc.CapsuleAttention(top_k=7), ones(2, 6, 8)),
-     ["top_k=7"]),
-    ("primary-kernel-grid", call(lambda: kc.PrimaryCapsule(2, 4, 11), ones(1, 9, 9, 3)),
-     ["kernel_size=(11, 11)"]),
+    (
+        "attention-heads-divide",
+        call(lambda: kc.CapsuleAttention(num_heads=3), ones(2, 6, 8)),
+        ["num_heads=3"],
+    ),
+    ("attention-top-k-n", call(lambda: kc.CapsuleAttention(top_k=7), ones(2, 6, 8)), ["top_k=7"]),
+    (
+        "primary-kernel-grid",
+        call(lambda: kc.PrimaryCapsule(2, 4, 11), ones(1, 9, 9, 3)),
+        ["kernel_size=(11, 11)"],
+    ),
     ("length-rank", call(kc.Length, ones(4)), ["input_shape=(4,)"]),
 ]
 
 
 def _forbid_ops(monkeypatch):
     """Every public `keras.ops` function raises while a case runs."""
+
     def forbidden(name):
         def op(*args, **kwargs):
             raise AssertionError(f"keras.ops.{name} ran before the argument check")
+
         return op
 
     for name in dir(keras.ops):
@@ -272,23 +392,36 @@ def test_bad_input_is_refused_with_a_named_error(setup, expected, monkeypatch):
 
 # Values from hyperparameter sweeps arrive as NumPy numbers (item 10).
 NUMPY_NUMBERS = [
-    (lambda: kc.DynamicRouting(iterations=np.int64(3), temperature=np.float32(2.0),
-                               step_size=np.float64(0.5)),
-     {"iterations": 3, "temperature": 2.0, "step_size": 0.5}),
+    (
+        lambda: kc.DynamicRouting(
+            iterations=np.int64(3), temperature=np.float32(2.0), step_size=np.float64(0.5)
+        ),
+        {"iterations": 3, "temperature": 2.0, "step_size": 0.5},
+    ),
     (lambda: kc.Capsule(np.int64(3), np.int64(8)), {"num_capsules": 3, "capsule_dim": 8}),
     (lambda: kc.SparseAttentionRouting(top_k=np.int32(2)), {"top_k": 2}),
-    (lambda: kc.PrimaryCapsule(4, 8, np.int64(3), strides=(np.int32(2), 1)),
-     {"kernel_size": (3, 3), "strides": (2, 1)}),
-    (lambda: kc.EMRouting(np.int64(2), inverse_temperature=np.float32(0.5)),
-     {"iterations": 2, "inverse_temperature": 0.5}),
-    (lambda: kc.CapsuleAttention(np.int16(2), top_k=np.uint8(3), window_size=np.int64(5)),
-     {"num_heads": 2, "top_k": 3, "window_size": 5}),
+    (
+        lambda: kc.PrimaryCapsule(4, 8, np.int64(3), strides=(np.int32(2), 1)),
+        {"kernel_size": (3, 3), "strides": (2, 1)},
+    ),
+    (
+        lambda: kc.EMRouting(np.int64(2), inverse_temperature=np.float32(0.5)),
+        {"iterations": 2, "inverse_temperature": 0.5},
+    ),
+    (
+        lambda: kc.CapsuleAttention(np.int16(2), top_k=np.uint8(3), window_size=np.int64(5)),
+        {"num_heads": 2, "top_k": 3, "window_size": 5},
+    ),
     (lambda: kc.Length(epsilon=np.float32(1e-6)), {"epsilon": float(np.float32(1e-6))}),
     (lambda: kc.CapsulePruning(np.float32(0.5)), {"threshold": 0.5}),
-    (lambda: kc.MarginLoss(np.float32(0.75), np.float64(0.25), np.int64(1)),
-     {"m_plus": 0.75, "m_minus": 0.25, "down_weight": 1.0}),
-    (lambda: kc.ConvCapsule2D(np.int64(2), np.int64(4), (np.int64(3), 3)),
-     {"num_capsules": 2, "capsule_dim": 4, "kernel_size": (3, 3)}),
+    (
+        lambda: kc.MarginLoss(np.float32(0.75), np.float64(0.25), np.int64(1)),
+        {"m_plus": 0.75, "m_minus": 0.25, "down_weight": 1.0},
+    ),
+    (
+        lambda: kc.ConvCapsule2D(np.int64(2), np.int64(4), (np.int64(3), 3)),
+        {"num_capsules": 2, "capsule_dim": 4, "kernel_size": (3, 3)},
+    ),
 ]
 
 

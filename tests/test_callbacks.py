@@ -31,7 +31,8 @@ def check_scheduler_in_fit(scope=None, jit_compile=None):
     jit_compile = jit_compile_for_backend() if jit_compile is None else jit_compile
     with scope or contextlib.nullcontext():
         model = keras.Sequential(
-            [keras.Input((2,)), keras.layers.Dense(3, kernel_initializer="zeros")])
+            [keras.Input((2,)), keras.layers.Dense(3, kernel_initializer="zeros")]
+        )
         loss = SpreadLoss()
         model.compile(optimizer=keras.optimizers.SGD(0.0), loss=loss, jit_compile=jit_compile)
     x = np.zeros((8, 2), "float32")
@@ -40,8 +41,15 @@ def check_scheduler_in_fit(scope=None, jit_compile=None):
     record = _RecordLoss()
     # With validation, a compiled test step runs after the epoch's logs are
     # taken: on JAX it once deleted the margin's buffer those logs held.
-    history = model.fit(x, y, batch_size=2, epochs=2, verbose=0, validation_data=(x, y),
-                        callbacks=[scheduler, record])
+    history = model.fit(
+        x,
+        y,
+        batch_size=2,
+        epochs=2,
+        verbose=0,
+        validation_data=(x, y),
+        callbacks=[scheduler, record],
+    )
     # Activations are all 0, so each step's loss is 2 * margin^2; logs hold
     # the running mean over the epoch.
     margins = [0.2, 0.5, 0.8, 0.8] + [0.8] * 4
@@ -86,10 +94,20 @@ def test_scheduler_on_two_data_parallel_cpu_devices():
     metric variable); DataParallel on JAX once failed on a metric added after
     the train function's shardings were fixed."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root, KERAS_BACKEND=BACKEND,
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    result = subprocess.run([sys.executable, "-c", DATA_PARALLEL, BACKEND], env=env, cwd=root,
-                            capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        PYTHONPATH=root,
+        KERAS_BACKEND=BACKEND,
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", DATA_PARALLEL, BACKEND],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
 

@@ -67,8 +67,7 @@ def _torch_grads(loss_fn, tensors, diff):
     loss = loss_fn(tensors)
     grads = torch.autograd.grad(loss, [tensors[k] for k in diff], allow_unused=True)
     return {
-        k: torch.zeros_like(tensors[k]) if g is None else g.detach()
-        for k, g in zip(diff, grads)
+        k: torch.zeros_like(tensors[k]) if g is None else g.detach() for k, g in zip(diff, grads)
     }
 
 
@@ -92,9 +91,7 @@ def as_list(x):
 
 def _shape_list(shapes):
     """A shape or a (nested) tuple of shapes -> list of tuples."""
-    if isinstance(shapes, (list, tuple)) and shapes and isinstance(
-        shapes[0], (list, tuple)
-    ):
+    if isinstance(shapes, (list, tuple)) and shapes and isinstance(shapes[0], (list, tuple)):
         return [tuple(s) for s in shapes]
     return [tuple(shapes)]
 
@@ -182,14 +179,20 @@ class LayerTestCase:
         without the regularizer and constraint (older files) loads with
         none."""
         for prefix, names in weights.items():
-            layer = layer_cls(**init_kwargs, **{
-                f"{prefix}_initializer": keras.initializers.RandomUniform(-1.0, 1.0, seed=1),
-                f"{prefix}_regularizer": keras.regularizers.L2(0.25),
-                f"{prefix}_constraint": keras.constraints.NonNeg(),
-            })
+            layer = layer_cls(
+                **init_kwargs,
+                **{
+                    f"{prefix}_initializer": keras.initializers.RandomUniform(-1.0, 1.0, seed=1),
+                    f"{prefix}_regularizer": keras.regularizers.L2(0.25),
+                    f"{prefix}_constraint": keras.constraints.NonNeg(),
+                },
+            )
             # Built, not called: only the weights matter here.
-            layer.build([x.shape for x in input_data] if isinstance(input_data, (list, tuple))
-                        else input_data.shape)
+            layer.build(
+                [x.shape for x in input_data]
+                if isinstance(input_data, (list, tuple))
+                else input_data.shape
+            )
             governed = sorted(w.path for w in layer.weights if w.name in names)
             assert len(governed) == len(names), ([w.path for w in layer.weights], names)
             before = {w.path: to_numpy(w.value) for w in layer.weights}
@@ -201,7 +204,9 @@ class LayerTestCase:
 
             # A step of rate 0: only the constraint changes the weights.
             variables = layer.trainable_weights
-            keras.optimizers.SGD(0.0).apply([keras.ops.zeros(v.shape) for v in variables], variables)
+            keras.optimizers.SGD(0.0).apply(
+                [keras.ops.zeros(v.shape) for v in variables], variables
+            )
             for w in layer.weights:
                 want = np.maximum(before[w.path], 0) if w.path in governed else before[w.path]
                 np.testing.assert_array_equal(to_numpy(w.value), want, err_msg=w.path)
@@ -231,7 +236,9 @@ class LayerTestCase:
             model.save(path)
             loaded = keras.saving.load_model(path, safe_mode=True)
         assert (len(loaded.trainable_weights), len(loaded.non_trainable_weights)) == (
-            len(model.trainable_weights), len(model.non_trainable_weights))
+            len(model.trainable_weights),
+            len(model.non_trainable_weights),
+        )
         actual = [keras.ops.convert_to_numpy(o) for o in as_list(loaded(inputs))]
         for a, e in zip(actual, expected):
             np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-6)
@@ -247,7 +254,9 @@ class LayerTestCase:
         loss = model.train_on_batch(inputs, targets)
         assert np.all(np.isfinite(loss)), loss
         for w in model.weights:
-            assert np.all(np.isfinite(keras.ops.convert_to_numpy(w.value).astype("float32"))), w.path
+            assert np.all(np.isfinite(keras.ops.convert_to_numpy(w.value).astype("float32"))), (
+                w.path
+            )
 
 
 def _check_weights(layer, expected_counts):

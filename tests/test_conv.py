@@ -27,12 +27,14 @@ def test_space_to_depth_values_and_gradients_match_the_native_conv(
     h, w, kernel_size, strides, padding
 ):
     rng = np.random.default_rng(0)
-    tensors = {"x": keras.ops.convert_to_tensor(rng.normal(size=(2, h, w, 3)), "float32"),
-               "kernel": keras.ops.convert_to_tensor(
-                   rng.normal(size=(*kernel_size, 3, 4)), "float32")}
+    tensors = {
+        "x": keras.ops.convert_to_tensor(rng.normal(size=(2, h, w, 3)), "float32"),
+        "kernel": keras.ops.convert_to_tensor(rng.normal(size=(*kernel_size, 3, 4)), "float32"),
+    }
     weights = keras.ops.convert_to_tensor(rng.normal(size=(4,)), "float32")
     results = {}
     for implementation in ("conv", "space_to_depth"):
+
         def loss(t, implementation=implementation):
             y = conv2d(t["x"], t["kernel"], strides, padding, implementation)
             # Weighted, so the gradients depend on which output is which.
@@ -44,8 +46,13 @@ def test_space_to_depth_values_and_gradients_match_the_native_conv(
     assert y_s2d.shape == y_conv.shape
     np.testing.assert_allclose(y_s2d, y_conv, rtol=1e-4, atol=1e-4)
     for k in ("x", "kernel"):
-        np.testing.assert_allclose(to_numpy(g_s2d[k]), to_numpy(g_conv[k]), rtol=1e-4,
-                                   atol=1e-4, err_msg=f"gradient of {k}")
+        np.testing.assert_allclose(
+            to_numpy(g_s2d[k]),
+            to_numpy(g_conv[k]),
+            rtol=1e-4,
+            atol=1e-4,
+            err_msg=f"gradient of {k}",
+        )
 
 
 def test_auto_rule_per_backend_and_xla_hint(monkeypatch):
@@ -58,24 +65,30 @@ def test_auto_rule_per_backend_and_xla_hint(monkeypatch):
         "jax": ("matmul",) * 3,
         "torch": ("hybrid",) * 3,
     }[BACKEND]
-    assert tuple(resolve_implementation("auto", (2, 2), xla=x)
-                 for x in (None, True, False)) == expected
+    assert (
+        tuple(resolve_implementation("auto", (2, 2), xla=x) for x in (None, True, False))
+        == expected
+    )
     assert resolve_implementation("auto", (1, 2)) == expected[0]  # one axis strided
     stride_1 = "matmul" if BACKEND == "jax" else "conv"
-    assert {resolve_implementation("auto", (1, 1), xla=x)
-            for x in (None, True, False)} == {stride_1}
+    assert {resolve_implementation("auto", (1, 1), xla=x) for x in (None, True, False)} == {
+        stride_1
+    }
     with pytest.raises(ValueError, match="implementation='fft'"):
         PrimaryCapsule(2, 4, 3, implementation="fft")
 
 
-@pytest.mark.parametrize("flags, off", [
-    ("", False),
-    ("--xla_cpu_experimental_ynn_fusion_type=-individual_convolution", True),
-    ("--xla_dump_to=/tmp/x --xla_cpu_experimental_ynn_fusion_type=", True),
-    ("--xla_cpu_experimental_ynn_fusion_type=individual_convolution", False),
-    ("--xla_cpu_experimental_ynn_fusion_type=individual_dot", True),
-    ("--xla_cpu_experimental_ynn_fusion_type=-individual_dot", False),
-])
+@pytest.mark.parametrize(
+    "flags, off",
+    [
+        ("", False),
+        ("--xla_cpu_experimental_ynn_fusion_type=-individual_convolution", True),
+        ("--xla_dump_to=/tmp/x --xla_cpu_experimental_ynn_fusion_type=", True),
+        ("--xla_cpu_experimental_ynn_fusion_type=individual_convolution", False),
+        ("--xla_cpu_experimental_ynn_fusion_type=individual_dot", True),
+        ("--xla_cpu_experimental_ynn_fusion_type=-individual_dot", False),
+    ],
+)
 def test_jax_stride_1_rule_follows_the_ynn_flag(monkeypatch, flags, off):
     assert ynn_convolutions_off(flags) is off
     monkeypatch.setenv("XLA_FLAGS", flags)
@@ -88,16 +101,23 @@ def test_jax_stride_1_rule_follows_the_ynn_flag(monkeypatch, flags, off):
 def test_set_xla_reaches_nested_layers():
     from keras_capsules.models import CapsNet, EfficientCapsNet, MatrixCapsNet
 
-    capsnet = CapsNet((24, 24, 1), 3, conv_filters=4, primary_capsules=2, primary_dim=4,
-                      capsule_dim=4, decoder_units=(8,))
+    capsnet = CapsNet(
+        (24, 24, 1),
+        3,
+        conv_filters=4,
+        primary_capsules=2,
+        primary_dim=4,
+        capsule_dim=4,
+        decoder_units=(8,),
+    )
     efficient = EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,))
-    matrix = MatrixCapsNet(conv_filters=2, primary_capsules=2, conv_capsules1=2,
-                           conv_capsules2=2, iterations=1)
+    matrix = MatrixCapsNet(
+        conv_filters=2, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1
+    )
     hinted = {
         capsnet: [capsnet.features.get_layer("primary")],
         efficient: [efficient.features.get_layer(f"conv{i}") for i in (1, 2, 3, 4)],
-        matrix: [matrix.network.get_layer("conv"),
-                 matrix.network.get_layer("primary_capsules")],
+        matrix: [matrix.network.get_layer("conv"), matrix.network.get_layer("primary_capsules")],
     }
     for model, layers in hinted.items():
         assert all(layer.xla is None for layer in layers)

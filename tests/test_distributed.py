@@ -39,31 +39,53 @@ def free_ports(count):
 def launcher_environment(process_id, ports):
     """What torchrun, a TF_CONFIG cluster or a JAX launcher would set."""
     if BACKEND == "torch":
-        return {"RANK": str(process_id), "LOCAL_RANK": str(process_id),
-                "WORLD_SIZE": str(PROCESSES), "MASTER_ADDR": "localhost",
-                "MASTER_PORT": str(ports[0])}
+        return {
+            "RANK": str(process_id),
+            "LOCAL_RANK": str(process_id),
+            "WORLD_SIZE": str(PROCESSES),
+            "MASTER_ADDR": "localhost",
+            "MASTER_PORT": str(ports[0]),
+        }
     if BACKEND == "tensorflow":
-        return {"TF_CONFIG": json.dumps({
-            "cluster": {"worker": [f"localhost:{p}" for p in ports]},
-            "task": {"type": "worker", "index": process_id}})}
-    return {"JAX_COORDINATOR_ADDRESS": f"localhost:{ports[0]}",
-            "JAX_NUM_PROCESSES": str(PROCESSES), "JAX_PROCESS_ID": str(process_id)}
+        return {
+            "TF_CONFIG": json.dumps(
+                {
+                    "cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                    "task": {"type": "worker", "index": process_id},
+                }
+            )
+        }
+    return {
+        "JAX_COORDINATOR_ADDRESS": f"localhost:{ports[0]}",
+        "JAX_NUM_PROCESSES": str(PROCESSES),
+        "JAX_PROCESS_ID": str(process_id),
+    }
 
 
 def run_workers(out_dir, names):
     """Runs the workers to the end; kills their process groups on any failure."""
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("TF_CONFIG", "RANK", "WORLD_SIZE", "XLA_FLAGS")}
-    base.update(PYTHONPATH=ROOT, KERAS_BACKEND=BACKEND, CUDA_VISIBLE_DEVICES="",
-                OMP_NUM_THREADS="1")
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TF_CONFIG", "RANK", "WORLD_SIZE", "XLA_FLAGS")
+    }
+    base.update(
+        PYTHONPATH=ROOT, KERAS_BACKEND=BACKEND, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1"
+    )
     ports, workers = free_ports(PROCESSES), []
     try:
         for process_id in range(PROCESSES):
             log = open(os.path.join(out_dir, f"worker{process_id}.log"), "w")
-            workers.append(subprocess.Popen(
-                [sys.executable, "-m", "tests.distributed_worker", str(out_dir), *names],
-                env=dict(base, **launcher_environment(process_id, ports)), cwd=ROOT,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            workers.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "tests.distributed_worker", str(out_dir), *names],
+                    env=dict(base, **launcher_environment(process_id, ports)),
+                    cwd=ROOT,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
             log.close()
         deadline = time.monotonic() + TIMEOUT
         for process_id, process in enumerate(workers):
@@ -85,9 +107,13 @@ def load(out_dir, name, process_id):
     with np.load(os.path.join(out_dir, f"{name}.{process_id}.npz")) as data:
         count = int(data["count"])
         arrays = [data[f"arr_{i}"] for i in range(2 * count)]
-        return {"initial": arrays[:count], "final": arrays[count:],
-                "num_processes": int(data["num_processes"]),
-                "replicas": int(data["replicas"]), "margin": float(data["margin"])}
+        return {
+            "initial": arrays[:count],
+            "final": arrays[count:],
+            "num_processes": int(data["num_processes"]),
+            "replicas": int(data["replicas"]),
+            "margin": float(data["margin"]),
+        }
 
 
 def single_process(name, initial):
@@ -121,8 +147,6 @@ def cluster_run(request, tmp_path_factory):
     return out_dir
 
 
-
-
 def assert_weights_match(runs, expected):
     for run in runs[1:]:
         for a, b in zip(runs[0]["final"], run["final"]):
@@ -149,7 +173,8 @@ def test_spread_loss_margin_is_the_same_on_every_process(cluster_run):
     model, expected = single_process("matrix_capsnet", runs[0]["initial"])
     # Set before each of the 3 steps from optimizer.iterations: margin_at(2).
     scheduler = worker.kc.callbacks.SpreadLossMarginScheduler(
-        model.spread_loss, 0.2, 0.9, worker.MARGIN_STEPS)
+        model.spread_loss, 0.2, 0.9, worker.MARGIN_STEPS
+    )
     margin = scheduler.margin_at(worker.STEPS - 1)
     assert float(np.asarray(model.spread_loss.margin.numpy())) == pytest.approx(margin)
     for run in runs:
@@ -165,8 +190,9 @@ def test_launcher_environment_is_read_per_backend():
     torch_env = dict(RANK="1", WORLD_SIZE="2", MASTER_ADDR="h", MASTER_PORT="1")
     assert launcher_environment("torch", torch_env) == torch_env
     assert launcher_environment("tensorflow", {"TF_CONFIG": "{}"}) == {"TF_CONFIG": "{}"}
-    with pytest.raises(ValueError, match="Received: JAX_COORDINATOR_ADDRESS='h:1', "
-                                         "JAX_NUM_PROCESSES=None"):
+    with pytest.raises(
+        ValueError, match="Received: JAX_COORDINATOR_ADDRESS='h:1', JAX_NUM_PROCESSES=None"
+    ):
         launcher_environment("jax", {"JAX_COORDINATOR_ADDRESS": "h:1"})
 
 
@@ -178,5 +204,6 @@ def test_global_batch_must_split_evenly():
         next(local_batches(images, labels, batch_size=3, num_processes=2, process_id=0))
     slices = list(local_batches(images + np.arange(6)[:, None], labels, 6, 2, 1))
     assert len(slices) == 1
-    np.testing.assert_array_equal(np.asarray(slices[0][0])[:, 0], [1, 3, 5] if BACKEND == "torch"
-                                  else [3, 4, 5])
+    np.testing.assert_array_equal(
+        np.asarray(slices[0][0])[:, 0], [1, 3, 5] if BACKEND == "torch" else [3, 4, 5]
+    )

@@ -36,11 +36,20 @@ def _docstring_tests():
 DOCSTRING_TESTS = _docstring_tests()
 EXAMPLES = {t.name for t in DOCSTRING_TESTS}
 PUBLIC_CLASSES = sorted(
-    {obj for module in (keras_capsules.layers, keras_capsules.routing, keras_capsules.models,
-                        keras_capsules.losses, keras_capsules.callbacks)
-     for obj in vars(module).values()
-     if isinstance(obj, type) and obj.__module__.startswith("keras_capsules.")
-     and not obj.__name__.startswith("_")},
+    {
+        obj
+        for module in (
+            keras_capsules.layers,
+            keras_capsules.routing,
+            keras_capsules.models,
+            keras_capsules.losses,
+            keras_capsules.callbacks,
+        )
+        for obj in vars(module).values()
+        if isinstance(obj, type)
+        and obj.__module__.startswith("keras_capsules.")
+        and not obj.__name__.startswith("_")
+    },
     key=lambda c: c.__name__,
 )
 
@@ -62,7 +71,10 @@ def test_public_class_documents_its_interface(cls):
 def test_docstring_example(test):
     keras.utils.set_random_seed(0)
     test.globs = {
-        "keras": keras, "np": np, "ops": keras.ops, "kc": keras_capsules,
+        "keras": keras,
+        "np": np,
+        "ops": keras.ops,
+        "kc": keras_capsules,
         "keras_capsules": keras_capsules,
     }
     report = []

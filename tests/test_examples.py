@@ -82,12 +82,14 @@ def run_script(args, env_extra, prelude=""):
     """Runs an example in a fresh interpreter (device flags must precede imports)."""
     env = dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND=BACKEND, **env_extra)
     code = (
-        "import sys, runpy\n" + prelude
+        "import sys, runpy\n"
+        + prelude
         + f"sys.argv = {args!r}\nsys.path.insert(0, {EXAMPLES!r})\n"
         + "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
-    return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
 
 
 TF_TWO_CPUS = """
@@ -97,8 +99,9 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 """
 
 
-@pytest.mark.skipif(BACKEND == "torch", reason="torch: one process per device (torchrun), "
-                    "tests/test_distributed.py")
+@pytest.mark.skipif(
+    BACKEND == "torch", reason="torch: one process per device (torchrun), tests/test_distributed.py"
+)
 def test_distribute_on_two_virtual_cpu_devices(tmp_path):
     script = os.path.join(EXAMPLES, "mnist_efficient_capsnet.py")
     args = [script, "--smoke", "--distribute", "--output-dir", str(tmp_path)]
@@ -149,8 +152,10 @@ def test_validation_fraction_flag_and_splits():
 
 def images_of(split, data_dir=None):
     data = example("data")
-    return [np.asarray(example["image"]).tobytes()
-            for example in data.load_split("mnist", split, data_dir, download=False)]
+    return [
+        np.asarray(example["image"]).tobytes()
+        for example in data.load_split("mnist", split, data_dir, download=False)
+    ]
 
 
 def test_validation_slices_do_not_overlap_the_training_slices(tmp_path):
@@ -160,26 +165,32 @@ def test_validation_slices_do_not_overlap_the_training_slices(tmp_path):
     data = example("data")
     train_split, validation_split = data.train_validation_splits(0.1)
     rng = np.random.default_rng(0)
-    arrays = {"x_train": rng.integers(0, 256, (30, 28, 28), dtype=np.uint8),
-              "x_test": rng.integers(0, 256, (2, 28, 28), dtype=np.uint8)}
+    arrays = {
+        "x_train": rng.integers(0, 256, (30, 28, 28), dtype=np.uint8),
+        "x_test": rng.integers(0, 256, (2, 28, 28), dtype=np.uint8),
+    }
     arrays.update(y_train=np.arange(30) % 10, y_test=np.arange(2))
     np.savez(tmp_path / "mnist.npz", **arrays)
     data_dir = str(tmp_path / "tfds")
     example("prepare_mnist_offline").prepare(tmp_path / "mnist.npz", data_dir)
     train, validation = (images_of(split, data_dir) for split in (train_split, validation_split))
     assert (len(train), len(validation)) == (27, 3)
-    assert sorted(train + validation) == sorted(image[..., None].tobytes()
-                                                for image in arrays["x_train"])
+    assert sorted(train + validation) == sorted(
+        image[..., None].tobytes() for image in arrays["x_train"]
+    )
     with data.mock_data(40):
-        train, validation, everything = (images_of(split)
-                                         for split in (train_split, validation_split, "train"))
+        train, validation, everything = (
+            images_of(split) for split in (train_split, validation_split, "train")
+        )
     assert train + validation == everything and len(set(everything)) == 40
 
 
 @pytest.mark.real_mnist
-@pytest.mark.skipif(real_mnist_dir() is None,
-                    reason="real MNIST not prepared: run examples/prepare_mnist_offline.py NPZ DIR "
-                    "and set TFDS_DATA_DIR=DIR")
+@pytest.mark.skipif(
+    real_mnist_dir() is None,
+    reason="real MNIST not prepared: run examples/prepare_mnist_offline.py NPZ DIR "
+    "and set TFDS_DATA_DIR=DIR",
+)
 @pytest.mark.parametrize("augment", [None, "capsnet", "efficient_capsnet"])
 def test_real_mnist_pipeline(augment):
     data = example("data")
@@ -231,9 +242,22 @@ def test_image_folder_with_two_seeds(tmp_path):
     out = tmp_path / "out"
     jit = ["--jit-compile", "false"] if BACKEND == "tensorflow" else []
     # 3 of the 12 training images validate: one batch the size of the test set's.
-    metrics = example("image_folder_capsnet").main([
-        str(tmp_path / "images"), "--image-size", "16", "16", "--smoke", "--seeds", "2",
-        "--validation-fraction", "0.25", "--output-dir", str(out), *jit])
+    metrics = example("image_folder_capsnet").main(
+        [
+            str(tmp_path / "images"),
+            "--image-size",
+            "16",
+            "16",
+            "--smoke",
+            "--seeds",
+            "2",
+            "--validation-fraction",
+            "0.25",
+            "--output-dir",
+            str(out),
+            *jit,
+        ]
+    )
     for seed in (0, 1):
         for output in OUTPUTS + CAPSULE_FIGURES:
             assert (out / f"seed_{seed}" / output).stat().st_size > 0, output
@@ -242,10 +266,14 @@ def test_image_folder_with_two_seeds(tmp_path):
     assert read_metrics(out) == json.loads(json.dumps(metrics))
     assert metrics["class_names"] == ["circle", "square", "tri"] and metrics["seeds"] == [0, 1]
     assert (metrics["train_images"], metrics["validation_images"], metrics["test_images"]) == (
-        9, 3, 3)
+        9,
+        3,
+        3,
+    )
     accuracies = metrics["test_accuracies"]
     assert len(accuracies) == 2 and metrics["test_accuracy_mean"] == pytest.approx(
-        np.mean(accuracies))
+        np.mean(accuracies)
+    )
     assert metrics["test_accuracy_std"] == pytest.approx(np.std(accuracies, ddof=1))
     # 3 classes of 16 x 16 RGB images (grey PNGs are read as RGB).
     model = keras.saving.load_model(out / "seed_0" / "model.keras", safe_mode=True)
@@ -261,8 +289,9 @@ def test_image_folder_validation_split(tmp_path):
     every = sorted(str(path) for path in (tmp_path / "images").rglob("*.png"))
 
     def split(*flags):
-        args = common.parse_args("d", 1, 4, argv=[str(tmp_path / "images"), *flags],
-                                 add_arguments=folder.add_arguments)
+        args = common.parse_args(
+            "d", 1, 4, argv=[str(tmp_path / "images"), *flags], add_arguments=folder.add_arguments
+        )
         return folder.split_images(args)
 
     train, validation, test = split("--validation-fraction", "0")
@@ -274,11 +303,12 @@ def test_image_folder_validation_split(tmp_path):
     assert sorted(train.file_paths + validation.file_paths + test.file_paths) == every
     # The validation examples are the images of those paths (their labels).
     labels = [int(label) for _, label in validation]
-    assert labels == [validation.class_names.index(os.path.basename(os.path.dirname(path)))
-                      for path in validation.file_paths]
+    assert labels == [
+        validation.class_names.index(os.path.basename(os.path.dirname(path)))
+        for path in validation.file_paths
+    ]
     train, validation, test = split("--test-dir", str(tmp_path / "test"))  # 10 % of 15
-    assert (len(train.file_paths), len(validation.file_paths), len(test.file_paths)) == (
-        13, 2, 6)
+    assert (len(train.file_paths), len(validation.file_paths), len(test.file_paths)) == (13, 2, 6)
     assert sorted(train.file_paths + validation.file_paths) == every
     with pytest.raises(SystemExit, match="validation-fraction"):
         split("--validation-fraction", "0.01")
@@ -291,8 +321,9 @@ def test_command_line_runs_turn_off_ynn_convolutions_on_jax(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
     common.use_xla_cpu_convolutions()
     known = BACKEND == "jax" and version("jaxlib").startswith("0.10.")
-    expected = f"--xla_dump_to=/tmp/x {common.YNN_CONVOLUTIONS_OFF}" if known else (
-        "--xla_dump_to=/tmp/x")
+    expected = (
+        f"--xla_dump_to=/tmp/x {common.YNN_CONVOLUTIONS_OFF}" if known else ("--xla_dump_to=/tmp/x")
+    )
     assert os.environ["XLA_FLAGS"] == expected
     # A setting of the user's own is kept.
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=")
@@ -312,21 +343,32 @@ def tiny_run(output_dir, *flags):
 
     def build_model(args):
         backbone = keras.Sequential([keras.Input((6, 6, 3)), keras.layers.Conv2D(4, 3)])
-        return kc.BackboneCapsNet(backbone, 3, primary_capsules=2, capsule_dim=4,
-                                  class_capsule_dim=4)
+        return kc.BackboneCapsNet(
+            backbone, 3, primary_capsules=2, capsule_dim=4, class_capsule_dim=4
+        )
 
     def load_data(args, batch_size, drop_remainder=False):
         held_out = 4 if args.validation_fraction else 0
-        train = tf.data.Dataset.from_tensor_slices((images[:16 - held_out],
-                                                    labels[:16 - held_out]))
+        train = tf.data.Dataset.from_tensor_slices(
+            (images[: 16 - held_out], labels[: 16 - held_out])
+        )
         validation = tf.data.Dataset.from_tensor_slices((images[12:], labels[12:])).batch(4)
-        return (train.shuffle(16).batch(4), validation if held_out else None,
-                tf.data.Dataset.from_tensor_slices((images, labels)).batch(4))
+        return (
+            train.shuffle(16).batch(4),
+            validation if held_out else None,
+            tf.data.Dataset.from_tensor_slices((images, labels)).batch(4),
+        )
 
     argv = ["--epochs", "1", "--output-dir", str(output_dir), "--steps-per-epoch", "3", *flags]
-    return example("common").run("tiny", "d", build_model, load_data,
-                                 lambda args, steps: keras.optimizers.Adam(0.01),
-                                 routers=False, argv=argv)
+    return example("common").run(
+        "tiny",
+        "d",
+        build_model,
+        load_data,
+        lambda args, steps: keras.optimizers.Adam(0.01),
+        routers=False,
+        argv=argv,
+    )
 
 
 def test_seed_makes_runs_repeatable(tmp_path):
@@ -354,10 +396,14 @@ def test_step_log_recovers_each_steps_value(tmp_path):
     assert log.steps == [1, 2, 3, 4, 5] and log.epoch_ends == [3, 5]
     np.testing.assert_allclose(log.values["loss"], [3.0, 1.0, 2.0, 5.0, 1.0], rtol=1e-6)
     figures = example("figures")
-    np.testing.assert_allclose(figures.moving_average([1.0, 3.0, np.nan, 5.0], 2),
-                               [1.0, 2.0, 3.0, 5.0])
-    figures.plot_history({"loss": [2.0, 3.0], "val_loss": [1.5, 2.5], "accuracy": [0.5, 0.6]},
-                         tmp_path / "curves.png", log)
+    np.testing.assert_allclose(
+        figures.moving_average([1.0, 3.0, np.nan, 5.0], 2), [1.0, 2.0, 3.0, 5.0]
+    )
+    figures.plot_history(
+        {"loss": [2.0, 3.0], "val_loss": [1.5, 2.5], "accuracy": [0.5, 0.6]},
+        tmp_path / "curves.png",
+        log,
+    )
     assert (tmp_path / "curves.png").stat().st_size > 0
 
 
@@ -382,9 +428,13 @@ def test_tfds_examples_validate_on_their_training_split(fraction):
     with data.mock_data(common.SMOKE_EXAMPLES):
         for name, flags in TFDS_EXAMPLES.items():
             module = example(name)
-            args = common.parse_args(name, 1, 4, add_arguments=getattr(module, "add_arguments",
-                                                                        None),
-                                     argv=["--validation-fraction", str(fraction), *flags])
+            args = common.parse_args(
+                name,
+                1,
+                4,
+                add_arguments=getattr(module, "add_arguments", None),
+                argv=["--validation-fraction", str(fraction), *flags],
+            )
             train, validation, test = module.load_data(args, 4)
             assert int(train.cardinality()) == (9 if fraction else 10), name
             assert int(test.cardinality()) == 10, name
@@ -423,9 +473,17 @@ def test_multimnist_pairs(tmp_path):
 
 
 def tiny_multidigit_capsnet():
-    return kc.models.CapsNet((20, 20, 1), 4, conv_filters=4, primary_capsules=2,
-                             primary_dim=4, capsule_dim=4, decoder_units=(8,),
-                             reconstruction_weight=0.5, labels_per_image=2)
+    return kc.models.CapsNet(
+        (20, 20, 1),
+        4,
+        conv_filters=4,
+        primary_capsules=2,
+        primary_dim=4,
+        capsule_dim=4,
+        decoder_units=(8,),
+        reconstruction_weight=0.5,
+        labels_per_image=2,
+    )
 
 
 def test_multimnist_loss_accuracy_and_saving(tmp_path):
@@ -445,8 +503,14 @@ def test_multimnist_loss_accuracy_and_saving(tmp_path):
     scores = keras.ops.convert_to_numpy(scores)  # safe_norm lengths
     poses = keras.ops.convert_to_numpy(poses)
     two_hot = np.eye(4)[labels].sum(1)
-    margin = (two_hot * np.maximum(0.9 - scores, 0) ** 2
-              + 0.5 * (1 - two_hot) * np.maximum(scores - 0.1, 0) ** 2).sum(-1).mean()
+    margin = (
+        (
+            two_hot * np.maximum(0.9 - scores, 0) ** 2
+            + 0.5 * (1 - two_hot) * np.maximum(scores - 0.1, 0) ** 2
+        )
+        .sum(-1)
+        .mean()
+    )
     mse = 0.0
     for k in range(2):
         keep = np.eye(4)[labels[:, k]][..., None]
@@ -459,7 +523,9 @@ def test_multimnist_loss_accuracy_and_saving(tmp_path):
     np.testing.assert_allclose(results["accuracy"], accuracy)
     correct = kc.metrics.label_set_correct(
         np.array([[1, 0, 1, 0], [1, 1, 0, 0]], "float32"),
-        np.array([[0.9, 0.1, 0.8, 0.7], [0.9, 0.1, 0.8, 0.7]], "float32"), k=2)
+        np.array([[0.9, 0.1, 0.8, 0.7], [0.9, 0.1, 0.8, 0.7]], "float32"),
+        k=2,
+    )
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(correct), [1.0, 0.0])
     loss = model.fit(images, y, batch_size=4, verbose=0).history["loss"]
     assert np.all(np.isfinite(loss))
@@ -467,5 +533,9 @@ def test_multimnist_loss_accuracy_and_saving(tmp_path):
     model.save(path)
     loaded = keras.saving.load_model(path, safe_mode=True)
     assert type(loaded) is kc.models.CapsNet and loaded.labels_per_image == 2
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(images)),
-                               keras.ops.convert_to_numpy(model(images)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded(images)),
+        keras.ops.convert_to_numpy(model(images)),
+        rtol=1e-5,
+        atol=1e-6,
+    )

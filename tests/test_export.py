@@ -51,8 +51,13 @@ ROUTERS = {
 
 
 # Routers that fail some export on this backend get a model of their own.
-ALONE = sorted({name[len("router-"):] for backend, _, name in KNOWN_FAILURES
-                if backend == BACKEND and name.startswith("router-")})
+ALONE = sorted(
+    {
+        name[len("router-") :]
+        for backend, _, name in KNOWN_FAILURES
+        if backend == BACKEND and name.startswith("router-")
+    }
+)
 TOGETHER = [name for name in ROUTERS if name not in ALONE]
 
 
@@ -70,11 +75,18 @@ def routers_model(names):
 # finds their initializers in its compilation cache.
 MODELS = {
     "CapsNet": lambda: kc.CapsNet(
-        (20, 20, 1), 3, conv_filters=8, primary_capsules=2, primary_dim=4,
-        capsule_dim=4, decoder_units=(8,)),
+        (20, 20, 1),
+        3,
+        conv_filters=8,
+        primary_capsules=2,
+        primary_dim=4,
+        capsule_dim=4,
+        decoder_units=(8,),
+    ),
     "EfficientCapsNet": lambda: kc.EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,)),
-    "MatrixCapsNet": lambda: kc.MatrixCapsNet(conv_filters=4, primary_capsules=2, conv_capsules1=2,
-                                              conv_capsules2=2, iterations=1),
+    "MatrixCapsNet": lambda: kc.MatrixCapsNet(
+        conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1
+    ),
     "routers": lambda: routers_model(TOGETHER),
     **{f"router-{name}": (lambda name=name: routers_model([name])) for name in ALONE},
 }
@@ -140,8 +152,8 @@ def assert_serves(served, expected, names=None):
         want = np.asarray(want)
         assert got.shape == want.shape, (got.shape, want.shape)
         np.testing.assert_allclose(
-            got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
-            err_msg=names[i] if names else "")
+            got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=names[i] if names else ""
+        )
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -164,10 +176,11 @@ def test_export_serves_keras_scores(fmt, tmp_path, subtests):
             model.export(path, format=fmt, verbose=False, **export_kwargs(fmt, images))
             (served,) = serve(fmt, path, images)
             if name.startswith("router"):  # One comparison per router, named.
-                names = TOGETHER if name == "routers" else [name[len("router-"):]]
+                names = TOGETHER if name == "routers" else [name[len("router-") :]]
                 assert served.shape == expected.shape, (served.shape, expected.shape)
-                assert_serves(list(np.moveaxis(served, 1, 0)),
-                              list(np.moveaxis(expected, 1, 0)), names=names)
+                assert_serves(
+                    list(np.moveaxis(served, 1, 0)), list(np.moveaxis(expected, 1, 0)), names=names
+                )
             else:
                 assert_serves([served], [expected])
 
@@ -211,8 +224,7 @@ def test_saved_model_poses_endpoint(tmp_path):
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.add_endpoint("serve", lambda x: model(x, training=False), input_signature=spec)
-    archive.add_endpoint("poses", lambda x: model.encode(x, training=False),
-                         input_signature=spec)
+    archive.add_endpoint("poses", lambda x: model.encode(x, training=False), input_signature=spec)
     path = str(tmp_path / "saved_model")
     archive.write_out(path, verbose=False)
     poses = keras.ops.convert_to_numpy(model.encode(images, training=False))

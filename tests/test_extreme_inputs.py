@@ -105,20 +105,33 @@ def grid_layers():
         StridedConv2D(4, 3, strides=2)(images),
         *PrimaryMatrixCapsule(2, 3)(images),
         ConvCapsule2D(2, 4, 3)(grid),
-        *ConvCapsule2D(2, 4, 3, router=EMRouting(iterations=2),
-                       return_activations=True)([grid, grid_activations]),
+        *ConvCapsule2D(2, 4, 3, router=EMRouting(iterations=2), return_activations=True)(
+            [grid, grid_activations]
+        ),
         *ConvMatrixCapsule(2, 3)([matrices, matrix_activations]),
         *ClassMatrixCapsule(3)([matrices, matrix_activations]),
     ]
-    inputs = [_normal(6, 6, 2), _normal(4, 4, 2, 4), _uniform(4, 4, 2),
-              _normal(3, 3, 2, 16), _uniform(3, 3, 2)]
+    inputs = [
+        _normal(6, 6, 2),
+        _normal(4, 4, 2, 4),
+        _uniform(4, 4, 2),
+        _normal(3, 3, 2, 16),
+        _uniform(3, 3, 2),
+    ]
     model = keras.Model([images, grid, grid_activations, matrices, matrix_activations], outputs)
     return model, inputs
 
 
 def capsnet():
-    model = kc.CapsNet((20, 20, 1), 3, conv_filters=4, primary_capsules=2, primary_dim=4,
-                       capsule_dim=4, decoder_units=(8,))
+    model = kc.CapsNet(
+        (20, 20, 1),
+        3,
+        conv_filters=4,
+        primary_capsules=2,
+        primary_dim=4,
+        capsule_dim=4,
+        decoder_units=(8,),
+    )
     return model, [_uniform(20, 20, 1)]
 
 
@@ -127,8 +140,9 @@ def efficient_capsnet():
 
 
 def matrix_capsnet():
-    model = kc.MatrixCapsNet(conv_filters=4, primary_capsules=2, conv_capsules1=2,
-                             conv_capsules2=2, iterations=1)
+    model = kc.MatrixCapsNet(
+        conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1
+    )
     return model, [_uniform(32, 32, 2)]
 
 
@@ -155,7 +169,8 @@ def _scaled(inputs):
     """Each float input repeated once per scale along the batch axis."""
     return [
         np.concatenate([x * np.float32(s) for s in SCALES])
-        if x.dtype == np.float32 else np.concatenate([x] * len(SCALES))
+        if x.dtype == np.float32
+        else np.concatenate([x] * len(SCALES))
         for x in inputs
     ]
 
@@ -171,8 +186,11 @@ def _assert_finite(arrays, what):
         bad = ~np.isfinite(a)
         if bad.any():
             # Which scales (blocks of the batch axis) went non-finite.
-            scales = sorted({SCALES[i // BATCH] for i in np.argwhere(bad)[:, 0]}) if (
-                a.ndim and a.shape[0] == BATCH * len(SCALES)) else "all"
+            scales = (
+                sorted({SCALES[i // BATCH] for i in np.argwhere(bad)[:, 0]})
+                if (a.ndim and a.shape[0] == BATCH * len(SCALES))
+                else "all"
+            )
             raise AssertionError(f"non-finite {what} {name} (scales {scales})")
 
 
@@ -185,8 +203,9 @@ def _outputs_and_gradients(forward, tensors, diff):
 
     def loss_and_outputs(t):
         outputs = [keras.ops.cast(o, "float32") for o in forward(t)]
-        loss = sum(keras.ops.mean(o * keras.ops.convert_to_tensor(_cotangent(o.shape)))
-                   for o in outputs)
+        loss = sum(
+            keras.ops.mean(o * keras.ops.convert_to_tensor(_cotangent(o.shape))) for o in outputs
+        )
         return loss, outputs
 
     if backend == "jax":
@@ -198,9 +217,16 @@ def _outputs_and_gradients(forward, tensors, diff):
         diff_values = {k: tensors[k] for k in diff}
         # XLA's CPU compile dominates; without its expensive passes it takes
         # half the time (the programs compute the same values).
-        compiled = jax.jit(jax.value_and_grad(loss_fn, has_aux=True)).lower(diff_values).compile(
-            compiler_options={"xla_backend_optimization_level": 0,
-                              "xla_llvm_disable_expensive_passes": True})
+        compiled = (
+            jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+            .lower(diff_values)
+            .compile(
+                compiler_options={
+                    "xla_backend_optimization_level": 0,
+                    "xla_llvm_disable_expensive_passes": True,
+                }
+            )
+        )
         (_, outputs), grads = compiled(diff_values)
     elif backend == "tensorflow":
         import tensorflow as tf
@@ -215,8 +241,9 @@ def _outputs_and_gradients(forward, tensors, diff):
         loss, outputs = loss_and_outputs(tensors)
         import torch
 
-        grads = dict(zip(diff, torch.autograd.grad(loss, [tensors[k] for k in diff],
-                                                   allow_unused=True)))
+        grads = dict(
+            zip(diff, torch.autograd.grad(loss, [tensors[k] for k in diff], allow_unused=True))
+        )
         outputs = [o.detach() for o in outputs]
     # An input or weight that does not reach the outputs has no gradient.
     grads = {k: np.zeros(tensors[k].shape) if g is None else to_numpy(g) for k, g in grads.items()}
@@ -242,8 +269,10 @@ def test_outputs_gradients_and_step_are_finite(subject, policy):
 
     def forward(t):
         outputs, _ = model.stateless_call(
-            [t[f"w{i}"] for i in range(len(trainable))], non_trainable,
-            [t[f"x{i}"] for i in range(len(inputs))], training=True,
+            [t[f"w{i}"] for i in range(len(trainable))],
+            non_trainable,
+            [t[f"x{i}"] for i in range(len(inputs))],
+            training=True,
         )
         return as_list(outputs)
 

@@ -57,8 +57,9 @@ def test_first_download_fails_on_the_network_not_on_an_import(name, tmp_path, mo
 def test_missing_module_names_the_package_to_install():
     data = example("data")
     try:
-        raise ModuleNotFoundError("No module named 'importlib_resources'",
-                                  name="importlib_resources")
+        raise ModuleNotFoundError(
+            "No module named 'importlib_resources'", name="importlib_resources"
+        )
     except ModuleNotFoundError as cause:
         error = data._unavailable("mnist", "train", None, cause)
     assert error.reason == "missing_module"
@@ -69,18 +70,37 @@ def test_missing_module_names_the_package_to_install():
 def test_main_command_on_first_run_ends_with_the_network_message(tmp_path):
     """The README's main command (one step of it) in a fresh interpreter."""
     script = f"{EXAMPLES}/mnist_efficient_capsnet.py"
+    argv = [
+        script,
+        "--epochs",
+        "1",
+        "--steps-per-epoch",
+        "1",
+        "--data-dir",
+        str(tmp_path / "empty"),
+        "--output-dir",
+        str(tmp_path / "out"),
+    ]
     code = (
-        "import sys, runpy\n" + NO_NETWORK
-        + f"sys.argv = {[script, '--epochs', '1', '--steps-per-epoch', '1', '--data-dir', str(tmp_path / 'empty'), '--output-dir', str(tmp_path / 'out')]!r}\n"
+        "import sys, runpy\n"
+        + NO_NETWORK
+        + f"sys.argv = {argv!r}\n"
         + f"sys.path.insert(0, {EXAMPLES!r})\n"
         + "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                            text=True, timeout=300, env=_env())
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+    )
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("data.DatasetUnavailableError:") or "DatasetUnavailableError" in last, (
-        result.stderr[-3000:])
+        result.stderr[-3000:]
+    )
     assert "no network connection" in last and "TFDS_DATA_DIR" in last, last
     assert "ModuleNotFoundError" not in result.stderr and "ImportError" not in result.stderr
 
@@ -91,8 +111,10 @@ def _env():
 
 def test_offline_preparation_from_a_local_npz(tmp_path):
     rng = np.random.default_rng(0)
-    arrays = {f"x_{s}": rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
-              for s, n in (("train", 12), ("test", 6))}
+    arrays = {
+        f"x_{s}": rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        for s, n in (("train", 12), ("test", 6))
+    }
     arrays.update({f"y_{s}": rng.integers(0, 10, n) for s, n in (("train", 12), ("test", 6))})
     np.savez(tmp_path / "mnist.npz", **arrays)
     data_dir = str(tmp_path / "tfds")

@@ -86,8 +86,15 @@ def test_matrix_capsules_start_with_every_em_layer_near_its_midpoint():
     # and the activations rose layer by layer to 0.998 (the model then
     # stayed at chance).
     keras.utils.set_random_seed(0)
-    model = kc.MatrixCapsNet((20, 20, 2), 4, conv_filters=8, primary_capsules=4,
-                             conv_capsules1=4, conv_capsules2=4, iterations=2)
+    model = kc.MatrixCapsNet(
+        (20, 20, 2),
+        4,
+        conv_filters=8,
+        primary_capsules=4,
+        conv_capsules1=4,
+        conv_capsules2=4,
+        iterations=2,
+    )
     images = np.random.default_rng(0).normal(size=(4, 20, 20, 2)).astype("float32")
     net = model.network
     outputs = keras.Model(net.input, [layer.output for layer in net.layers[2:]])(images)

@@ -56,8 +56,15 @@ def test_check_class_ids():
 
 
 def _tiny_capsnet():
-    return kc.CapsNet((20, 20, 1), 3, conv_filters=4, primary_capsules=2, primary_dim=4,
-                      capsule_dim=4, decoder_units=(8,))
+    return kc.CapsNet(
+        (20, 20, 1),
+        3,
+        conv_filters=4,
+        primary_capsules=2,
+        primary_dim=4,
+        capsule_dim=4,
+        decoder_units=(8,),
+    )
 
 
 def test_ready_models_refuse_ids_out_of_range_in_fit_and_evaluate():
@@ -67,8 +74,12 @@ def test_ready_models_refuse_ids_out_of_range_in_fit_and_evaluate():
     with pytest.raises(ValueError, match=r"`y` must hold class ids in \[0, 3\)"):
         model.fit(images, np.array([0, 1, 2, 3]), verbose=0)
     with pytest.raises(ValueError, match="validation_data labels"):
-        model.fit(images, np.array([0, 1, 2, 0]), verbose=0,
-                  validation_data=(images, np.array([0, 1, 2, 9])))
+        model.fit(
+            images,
+            np.array([0, 1, 2, 0]),
+            verbose=0,
+            validation_data=(images, np.array([0, 1, 2, 9])),
+        )
     with pytest.raises(ValueError, match=r"`y` must hold class ids"):
         model.evaluate(images, np.array([-1, 0, 0, 0]), verbose=0)
     history = model.fit(images, np.array([[0], [1], [2], [0]]), verbose=0)  # (batch, 1) ids
@@ -76,8 +87,9 @@ def test_ready_models_refuse_ids_out_of_range_in_fit_and_evaluate():
 
 
 def test_matrix_capsnet_refuses_ids_out_of_range():
-    model = kc.MatrixCapsNet(conv_filters=4, primary_capsules=2, conv_capsules1=2,
-                             conv_capsules2=2, iterations=1)
+    model = kc.MatrixCapsNet(
+        conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1
+    )
     with pytest.raises(ValueError, match=r"class ids in \[0, 5\)"):
         model.fit(np.zeros((2, 32, 32, 2), "float32"), np.array([0, 5]), verbose=0)
 

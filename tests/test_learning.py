@@ -31,8 +31,12 @@ def strokes(count, seed):
     labels = rng.integers(0, CLASSES, count)
     images = rng.uniform(0.0, 0.3, (count, SIZE, SIZE)).astype("float32")
     offsets = np.arange(5)
-    steps = {0: (0 * offsets, offsets), 1: (offsets, 0 * offsets),
-             2: (offsets, offsets), 3: (offsets, 4 - offsets)}
+    steps = {
+        0: (0 * offsets, offsets),
+        1: (offsets, 0 * offsets),
+        2: (offsets, offsets),
+        3: (offsets, 4 - offsets),
+    }
     for n, label in enumerate(labels):
         top, left = rng.integers(0, SIZE - 4, 2)
         rows, cols = steps[label]

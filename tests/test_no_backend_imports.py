@@ -46,8 +46,10 @@ def test_library_imports_no_backend():
         tree = ast.parse(path.read_text(), str(path))
         relative = path.relative_to(LIBRARY)
         nodes = module_level(tree) if str(relative) in LAZY_BACKEND_IMPORTS else ast.walk(tree)
-        offenders += [f"{path.relative_to(LIBRARY.parent)}:{line} {name}"
-                      for line, name in backend_imports(nodes)]
+        offenders += [
+            f"{path.relative_to(LIBRARY.parent)}:{line} {name}"
+            for line, name in backend_imports(nodes)
+        ]
     assert LIBRARY.is_dir() and any(LIBRARY.rglob("*.py"))
     assert not offenders, offenders
 

@@ -57,7 +57,9 @@ def test_sparsemax_matches_reference_on_any_axis(axis):
     x = RNG.normal(size=(3, 4, 5))
     np.testing.assert_allclose(
         to_numpy(kc_ops.sparsemax(x.astype("float32"), axis=axis)),
-        ref.sparsemax(x, axis=axis), rtol=1e-5, atol=1e-6,
+        ref.sparsemax(x, axis=axis),
+        rtol=1e-5,
+        atol=1e-6,
     )
 
 
@@ -69,7 +71,8 @@ def test_sparsemax_jacobian_is_the_projection_jacobian():
     cot = keras.ops.convert_to_tensor(c.astype("float32"))
     grads = gradients(
         lambda t: keras.ops.sum(kc_ops.sparsemax(t["x"]) * cot),
-        {"x": keras.ops.convert_to_tensor(x)}, ["x"],
+        {"x": keras.ops.convert_to_tensor(x)},
+        ["x"],
     )
     s = (ref.sparsemax(SPARSE_ROWS) > 0).astype(float)
     expected = s * c - s * np.sum(s * c, axis=-1, keepdims=True) / s.sum(-1, keepdims=True)
@@ -92,15 +95,18 @@ def test_sparsemax_huge_and_tied_inputs():
 
 # Huge logits (issue 12): unshifted, `1 + k z_k > cumsum(z)` lost the 1 in
 # float32, the support came out empty and tau divided by 0 (inf or all 0).
-HUGE_ROWS = np.array([
-    [1e8, 0.0, -1e8, 5.0],
-    [3e7, 1e7, -2e7, 0.0],
-    [1e30, 0.0, -1e30, 1e29],
-    [1e30, 1e30, -1e30, 0.0],             # a tie at the top
-    [-1e30, -1e30, -1e30, -1e30],         # all tied
-    [1e6 + 0.5, 1e6 + 0.25, 1e6 - 1.0, 1e6 - 2.0],  # support of 2, far from 0
-    [2.5e8, 2.5e8, 2.5e8 - 64.0, -3e38],  # ties, and a logit near float32's min
-], "float32")
+HUGE_ROWS = np.array(
+    [
+        [1e8, 0.0, -1e8, 5.0],
+        [3e7, 1e7, -2e7, 0.0],
+        [1e30, 0.0, -1e30, 1e29],
+        [1e30, 1e30, -1e30, 0.0],  # a tie at the top
+        [-1e30, -1e30, -1e30, -1e30],  # all tied
+        [1e6 + 0.5, 1e6 + 0.25, 1e6 - 1.0, 1e6 - 2.0],  # support of 2, far from 0
+        [2.5e8, 2.5e8, 2.5e8 - 64.0, -3e38],  # ties, and a logit near float32's min
+    ],
+    "float32",
+)
 
 
 @pytest.mark.parametrize("scale", (1.0, -1.0))
@@ -153,7 +159,9 @@ def test_keras_ops_sparsemax_matches_reference():
     # is there and passes (XPASS, not an error) once Keras fixes it.
     np.testing.assert_allclose(
         to_numpy(keras.ops.sparsemax(SPARSE_ROWS.astype("float32"))),
-        ref.sparsemax(SPARSE_ROWS), rtol=1e-5, atol=1e-6,
+        ref.sparsemax(SPARSE_ROWS),
+        rtol=1e-5,
+        atol=1e-6,
     )
 
 

@@ -52,8 +52,11 @@ def _source_hash():
     """Key of the cached results: the sources and the versions of Keras, NumPy
     and the backends (an upgrade of any of them recomputes)."""
     h = hashlib.sha256(_versions().encode())
-    paths = [p for folder in ("keras_capsules", "tests/parity", "tests/reference")
-             for p in sorted((ROOT / folder).rglob("*.py"))]
+    paths = [
+        p
+        for folder in ("keras_capsules", "tests/parity", "tests/reference")
+        for p in sorted((ROOT / folder).rglob("*.py"))
+    ]
     # The workers' gradients come from tests/test_case.py.
     for path in paths + [ROOT / "tests" / "test_case.py"]:
         h.update(str(path.relative_to(ROOT)).encode())
@@ -137,9 +140,7 @@ def test_matches_float64_reference(name, backend, parity_results):
     assert len(outputs) == len(ref_outputs)
     for i, (out, ref) in enumerate(zip(outputs, ref_outputs)):
         assert np.all(np.isfinite(out)), f"output {i} is not finite"
-        np.testing.assert_allclose(
-            out, ref, rtol=case.rtol, atol=case.atol, err_msg=f"output {i}"
-        )
+        np.testing.assert_allclose(out, ref, rtol=case.rtol, atol=case.atol, err_msg=f"output {i}")
     for k in case.diff:
         assert np.all(np.isfinite(grads[k])), f"gradient of {k} is not finite"
         _assert_grad_close(grads[k], ref_grads[k], case.grad_tol, f"gradient of {k}")
@@ -156,11 +157,16 @@ def test_backends_agree(name, parity_results):
     for other in others:
         for i, (a, b) in enumerate(zip(results[first][0], results[other][0])):
             np.testing.assert_allclose(
-                a, b, rtol=2 * case.rtol, atol=2 * case.atol,
+                a,
+                b,
+                rtol=2 * case.rtol,
+                atol=2 * case.atol,
                 err_msg=f"output {i}: {first} vs {other}",
             )
         for k in case.diff:
             _assert_grad_close(
-                results[first][1][k], results[other][1][k], case.grad_tol,
+                results[first][1][k],
+                results[other][1][k],
+                case.grad_tol,
                 f"gradient of {k}: {first} vs {other}",
             )

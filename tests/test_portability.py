@@ -38,6 +38,7 @@ pytestmark = pytest.mark.xdist_group("portability")
 
 # ---- the worker: `python tests/test_portability.py save|load DIR` -------------
 
+
 def _data(model_name):
     rng = np.random.default_rng(0)
     labels = np.arange(4) % 3
@@ -67,8 +68,9 @@ def _train_one_step(model, model_name):
     images, labels = _data(model_name)
     before = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
     loss = model.fit(images, labels, batch_size=4, epochs=1, verbose=0).history["loss"][0]
-    moved = all(np.any(b != keras.ops.convert_to_numpy(w))
-                for b, w in zip(before, model.trainable_weights))
+    moved = all(
+        np.any(b != keras.ops.convert_to_numpy(w)) for b, w in zip(before, model.trainable_weights)
+    )
     return loss, moved
 
 
@@ -116,6 +118,7 @@ def load_worker(root, out):
 
 # ---- the tests ----------------------------------------------------------------
 
+
 def _installed(backend):
     return importlib.util.find_spec(backend) is not None
 
@@ -128,16 +131,18 @@ def _source_hash():
     return h.hexdigest()[:16]
 
 
-
-
 def _run_workers(command, folders):
     """Runs `command` on every backend at once; {backend: folder}."""
     running = {}
     for backend, args in folders.items():
         env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
         running[backend] = subprocess.Popen(
-            [sys.executable, __file__, command, *args], cwd=ROOT, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            [sys.executable, __file__, command, *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
     for backend, process in running.items():
         output, _ = process.communicate(timeout=WORKER_TIMEOUT_S)
         if process.returncode != 0:
@@ -152,13 +157,13 @@ def portability():
     backends = [b for b in BACKENDS if _installed(b)]
     with exclusive(root / "lock"):
         if not all((root / f"loaded-{b}.npz").exists() for b in backends):
-            saves = {b: [str(root / b)] for b in backends
-                     if not (root / b / "predictions.npz").exists()}
+            saves = {
+                b: [str(root / b)] for b in backends if not (root / b / "predictions.npz").exists()
+            }
             for args in saves.values():
                 os.makedirs(args[0], exist_ok=True)
             _run_workers("save", saves)
-            _run_workers("load", {b: [str(root), str(root / f"loaded-{b}.npz")]
-                                  for b in backends})
+            _run_workers("load", {b: [str(root), str(root / f"loaded-{b}.npz")] for b in backends})
     saved = {b: dict(np.load(root / b / "predictions.npz")) for b in backends}
     loaded = {b: dict(np.load(root / f"loaded-{b}.npz")) for b in backends}
     return saved, loaded
@@ -176,8 +181,9 @@ def _pair(portability, source, target):
 def test_loaded_model_predicts_as_saved(source, target, portability):
     saved, loaded = _pair(portability, source, target)
     for name in MODELS:
-        np.testing.assert_allclose(loaded[f"{source}|{name}|predictions"], saved[name],
-                                   rtol=1e-5, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(
+            loaded[f"{source}|{name}|predictions"], saved[name], rtol=1e-5, atol=1e-5, err_msg=name
+        )
 
 
 @pytest.mark.parametrize("target", BACKENDS)

@@ -20,7 +20,9 @@ THIS_FILE = os.path.abspath(__file__)
 ATTRIBUTE = re.compile(r"\.(_[a-z]\w*)")
 MODULE_PRIVATE = re.compile(r"\b(?:keras|tf|tensorflow|tfds)(?:\.\w+)*\.(_[a-z]\w*)")
 # getattr(model, "_distribute_strategy", None) and the like.
-STRING_ATTRIBUTE = re.compile(r"\b(?:getattr|hasattr|setattr|delattr)\([^,()]+,\s*[\"'](_[a-z]\w*)[\"']")
+STRING_ATTRIBUTE = re.compile(
+    r"\b(?:getattr|hasattr|setattr|delattr)\([^,()]+,\s*[\"'](_[a-z]\w*)[\"']"
+)
 # A private attribute put on another object (`sublayer._xla = xla`).
 FOREIGN_ASSIGNMENT = re.compile(r"\b(?!self\b|cls\b)[A-Za-z_]\w*\.(_[a-z]\w*)\s*=(?!=)")
 # Keras's private attributes that only some backends' objects have.
@@ -37,9 +39,15 @@ def keras_private_names():
     model.compile(optimizer="adam", loss="mse", metrics=["mae"])
     model.optimizer.build(model.trainable_variables)
     objects = [
-        model, model.layers[0], model.optimizer, keras.callbacks.Callback(),
-        keras.losses.MeanSquaredError(), keras.metrics.Mean(), model.layers[0].kernel,
-        keras.layers.InputSpec(ndim=2), keras.initializers.GlorotUniform(),
+        model,
+        model.layers[0],
+        model.optimizer,
+        keras.callbacks.Callback(),
+        keras.losses.MeanSquaredError(),
+        keras.metrics.Mean(),
+        model.layers[0].kernel,
+        keras.layers.InputSpec(ndim=2),
+        keras.initializers.GlorotUniform(),
         keras.DTypePolicy("float32"),
     ]
     names = set(BACKEND_PRIVATE)

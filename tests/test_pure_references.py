@@ -19,8 +19,9 @@ from keras_capsules.models import CapsNet
 from tests.test_case import gradients
 
 if keras.backend.backend() == "jax":
-    pytest.skip("checked on the TensorFlow and torch backends (compile time)",
-                allow_module_level=True)
+    pytest.skip(
+        "checked on the TensorFlow and torch backends (compile time)", allow_module_level=True
+    )
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
 import capsnet_spec  # noqa: E402
@@ -32,8 +33,10 @@ def keras_capsnet():
     model = CapsNet()
     # Primary capsules of norm ~0.5 (not ~0.01) and votes of norm ~1: then
     # each routing iteration changes the loss (by ~3%), not only the 7th digit.
-    for variable, scale in ((model.features.get_layer("primary").kernel, 10.0),
-                            (model.digit_capsules.kernel, 30.0)):
+    for variable, scale in (
+        (model.features.get_layer("primary").kernel, 10.0),
+        (model.digit_capsules.kernel, 30.0),
+    ):
         variable.assign(variable * scale)
     weights = capsnet_spec.keras_weights(model)
     images, labels = capsnet_spec.batches(2, count=1, seed=1)[0]
@@ -56,8 +59,7 @@ def assert_same(loss, grads, ref_loss, ref_grads):
     np.testing.assert_allclose(ref_loss, loss, rtol=1e-5)
     for name, grad in grads.items():
         scale = np.abs(grad).max() + 1e-12
-        np.testing.assert_allclose(ref_grads[name] / scale, grad / scale, atol=1e-4,
-                                   err_msg=name)
+        np.testing.assert_allclose(ref_grads[name] / scale, grad / scale, atol=1e-4, err_msg=name)
 
 
 def test_spec_matches_keras_capsnet(keras_capsnet):
@@ -76,14 +78,17 @@ def test_pure_torch_capsnet(keras_capsnet, primary):
     model = PureTorchCapsNet(weights, primary)
     assert sum(p.numel() for p in model.parameters()) == capsnet_spec.NUM_PARAMS
     assert_same(loss, grads, *_torch_loss_and_grads(torch, model, to_nchw(images), labels))
-    np.testing.assert_array_equal(model.keras_layout(dict(model.weight))["primary_kernel"],
-                                  weights["primary_kernel"])
+    np.testing.assert_array_equal(
+        model.keras_layout(dict(model.weight))["primary_kernel"], weights["primary_kernel"]
+    )
 
 
 def _torch_loss_and_grads(torch, model, images, labels):
     ref_loss = model.loss(images, torch.from_numpy(labels))
     ref_loss.backward()
-    return float(ref_loss.detach()), model.keras_layout({k: p.grad for k, p in model.weight.items()})
+    return float(ref_loss.detach()), model.keras_layout(
+        {k: p.grad for k, p in model.weight.items()}
+    )
 
 
 @pytest.mark.parametrize("primary", ["matmul", "conv"])
@@ -92,8 +97,9 @@ def test_pure_jax_capsnet(keras_capsnet, primary):
     import pure_jax_capsnet as ref
 
     _, weights, (images, labels), loss, grads = keras_capsnet
-    ref_loss, ref_grads = jax.jit(jax.value_and_grad(functools.partial(
-        ref.loss_fn, primary=primary)))(ref.to_params(weights), images, labels)
+    ref_loss, ref_grads = jax.jit(
+        jax.value_and_grad(functools.partial(ref.loss_fn, primary=primary))
+    )(ref.to_params(weights), images, labels)
     assert_same(loss, grads, float(ref_loss), {k: np.asarray(g) for k, g in ref_grads.items()})
 
 
@@ -109,5 +115,6 @@ def test_pure_jax_adam_is_keras_adam():
     for g in (g1, g2):
         optimizer.apply([keras.ops.convert_to_tensor(g)], [var])
         params, state = ref.adam_update(params, {"w": g}, state)
-    np.testing.assert_allclose(np.asarray(params["w"]), keras.ops.convert_to_numpy(var),
-                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        np.asarray(params["w"]), keras.ops.convert_to_numpy(var), rtol=1e-6, atol=1e-7
+    )

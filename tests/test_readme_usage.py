@@ -41,7 +41,8 @@ def test_script_builds_the_readme_model_as_printed():
 
 def test_smoke_run(tmp_path):
     results = example("readme_usage").main(
-        ["--smoke", "--routers", "inverted_dot_product", "--output-dir", str(tmp_path)])
+        ["--smoke", "--routers", "inverted_dot_product", "--output-dir", str(tmp_path)]
+    )
     assert [r["router"] for r in results] == ["inverted_dot_product"]
     with open(tmp_path / "readme_usage.json") as f:
         saved = json.load(f)

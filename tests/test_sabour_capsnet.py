@@ -7,8 +7,15 @@ import keras_capsules as kc
 from tests.test_case import jit_compile_for_backend
 
 
-def sabour_capsnet(input_shape=(28, 28, 1), num_classes=10, conv_filters=256,
-                   primary_types=32, decoder=(512, 1024), init="glorot_uniform", router=None):
+def sabour_capsnet(
+    input_shape=(28, 28, 1),
+    num_classes=10,
+    conv_filters=256,
+    primary_types=32,
+    decoder=(512, 1024),
+    init="glorot_uniform",
+    router=None,
+):
     images = keras.Input(input_shape)
     labels = keras.Input((num_classes,))
     x = keras.layers.Conv2D(conv_filters, 9, activation="relu", kernel_initializer=init)(images)

@@ -8,8 +8,10 @@ POSE_SIZE = 16  # a 4x4 pose matrix, stored row-major
 
 def split_capsule_inputs(inputs):
     """`poses` or `[poses, activations]` (tensors or shapes) -> the pair."""
-    if isinstance(inputs, (list, tuple)) and len(inputs) == 2 and not isinstance(
-        inputs[0], (int, type(None))
+    if (
+        isinstance(inputs, (list, tuple))
+        and len(inputs) == 2
+        and not isinstance(inputs[0], (int, type(None)))
     ):
         return inputs[0], inputs[1]
     return inputs, None
@@ -17,8 +19,11 @@ def split_capsule_inputs(inputs):
 
 def check_matrix_inputs(layer_name, input_shape):
     """`[poses (batch, H, W, types, 16), activations (batch, H, W, types)]`."""
-    if not (isinstance(input_shape, (list, tuple)) and len(input_shape) == 2
-            and isinstance(input_shape[0], (list, tuple))):
+    if not (
+        isinstance(input_shape, (list, tuple))
+        and len(input_shape) == 2
+        and isinstance(input_shape[0], (list, tuple))
+    ):
         raise ValueError(
             f"{layer_name} expects [poses, activations]. Received: input_shape={input_shape}"
         )
@@ -51,7 +56,5 @@ def check_kernel_fits(layer_name, grid_name, spatial, kernel_size, strides, padd
 def check_grid(layer_name, spatial, kernel_size, strides, padding):
     """As `check_kernel_fits` for a capsule grid, whose sizes must be known."""
     if any(n is None for n in spatial):
-        raise ValueError(
-            f"{layer_name} needs a known grid size. Received: grid={tuple(spatial)}"
-        )
+        raise ValueError(f"{layer_name} needs a known grid size. Received: grid={tuple(spatial)}")
     return check_kernel_fits(layer_name, "capsule", spatial, kernel_size, strides, padding)

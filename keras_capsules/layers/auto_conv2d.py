@@ -82,8 +82,8 @@ class AutoConv2D(keras.layers.Conv2D):
         self.xla = None
         if self.implementation not in ("auto", "conv") and not self._matmul_supported():
             raise ValueError(
-                f"{self.__class__.__name__}(implementation={self.implementation!r}) supports channels_last, "
-                "dilation_rate=1 and groups=1 only. Received: "
+                f"{self.__class__.__name__}(implementation={self.implementation!r}) "
+                "supports channels_last, dilation_rate=1 and groups=1 only. Received: "
                 f"data_format={self.data_format!r}, dilation_rate={self.dilation_rate}, "
                 f"groups={self.groups}"
             )

@@ -154,16 +154,21 @@ class Capsule(keras.layers.Layer):
             n = max(in_dim, self.capsule_dim)
             # Not autocast: the reflections are computed in float32.
             self.householder = self.add_weight(
-                name="householder", shape=(*prefix, n, n), autocast=False,
+                name="householder",
+                shape=(*prefix, n, n),
+                autocast=False,
                 initializer=self.kernel_initializer or householder_initializer(),
-                regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
+                regularizer=self.kernel_regularizer,
+                constraint=self.kernel_constraint,
             )
         else:
             vote_stddev = self.router.vote_stddev(in_caps, self.num_capsules, self.capsule_dim)
             self.kernel = self.add_weight(
-                name="kernel", shape=(*prefix, in_dim, self.capsule_dim),
+                name="kernel",
+                shape=(*prefix, in_dim, self.capsule_dim),
                 initializer=self.kernel_initializer or transform_initializer(vote_stddev),
-                regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
+                regularizer=self.kernel_regularizer,
+                constraint=self.kernel_constraint,
             )
         build_router(
             self.router, (batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape
@@ -173,9 +178,7 @@ class Capsule(keras.layers.Layer):
         poses, activations = split_capsule_inputs(inputs)
         if activations is not None:  # a built layer may get other activations
             check_activations_shape("Capsule", "poses", poses.shape, activations.shape)
-        poses, activations = call_router(
-            self, self.votes(poses), activations, length_coded=True
-        )
+        poses, activations = call_router(self, self.votes(poses), activations, length_coded=True)
         return (poses, activations) if self.return_activations else poses
 
     def votes(self, poses):

@@ -103,17 +103,23 @@ class CapsuleAttention(keras.layers.Layer):
             )
         if self.top_k is not None and n is not None and self.top_k > n:
             raise ValueError(
-                f"`top_k` must be at most the number of capsules {n}. "
-                f"Received: top_k={self.top_k}"
+                f"`top_k` must be at most the number of capsules {n}. Received: top_k={self.top_k}"
             )
         # Not autocast: the attention runs in float32 (`call`), so the
         # kernels are read in float32, not rounded to float16 first.
         for name in ("query_kernel", "key_kernel"):
-            setattr(self, name, self.add_weight(
-                name=name, shape=(dim, dim), autocast=False,
-                initializer=self.kernel_initializer, regularizer=self.kernel_regularizer,
-                constraint=self.kernel_constraint,
-            ))
+            setattr(
+                self,
+                name,
+                self.add_weight(
+                    name=name,
+                    shape=(dim, dim),
+                    autocast=False,
+                    initializer=self.kernel_initializer,
+                    regularizer=self.kernel_regularizer,
+                    constraint=self.kernel_constraint,
+                ),
+            )
 
     def call(self, inputs, return_attention_scores=False):
         dtype = compute_dtype_for(self.compute_dtype)

@@ -34,8 +34,16 @@ class ConvCapsule(WindowedCapsule):
         **kwargs,
     ):
         super().__init__(
-            num_capsules, kernel_size, strides, padding, router, DynamicRouting,
-            kernel_initializer, kernel_regularizer, kernel_constraint, **kwargs,
+            num_capsules,
+            kernel_size,
+            strides,
+            padding,
+            router,
+            DynamicRouting,
+            kernel_initializer,
+            kernel_regularizer,
+            kernel_constraint,
+            **kwargs,
         )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.return_activations = bool(return_activations)
@@ -76,9 +84,7 @@ class ConvCapsule(WindowedCapsule):
         kernel = ops.reshape(transforms, (k, *transforms.shape[self.rank :]))
         # In the routing dtype, as `Capsule.votes`.
         dtype = compute_dtype_for(self.compute_dtype)
-        votes = ops.einsum(
-            "nktd,ktjde->nktje", ops.cast(windows, dtype), ops.cast(kernel, dtype)
-        )
+        votes = ops.einsum("nktd,ktjde->nktje", ops.cast(windows, dtype), ops.cast(kernel, dtype))
         return ops.reshape(votes, (-1, k * types, self.num_capsules, self.capsule_dim))
 
     def call(self, inputs):
@@ -228,9 +234,9 @@ class ConvCapsule1D(ConvCapsule):
             poses_shape = (*poses_shape[:2], 1, poses_shape[2])
             if activations_shape is not None:
                 activations_shape = (*tuple(activations_shape), 1)
-            input_shape = poses_shape if activations_shape is None else [
-                poses_shape, activations_shape
-            ]
+            input_shape = (
+                poses_shape if activations_shape is None else [poses_shape, activations_shape]
+            )
         return super()._grid_shapes(input_shape)
 
     def _to_grid(self, poses, activations):

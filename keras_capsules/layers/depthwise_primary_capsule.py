@@ -81,12 +81,18 @@ class DepthwisePrimaryCapsule(keras.layers.Layer):
                 f"{channels}) feature map. Received: input_shape={tuple(input_shape)}"
             )
         self.kernel = self.add_weight(
-            name="kernel", shape=tuple(input_shape[1:]), initializer=self.kernel_initializer,
-            regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
+            name="kernel",
+            shape=tuple(input_shape[1:]),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
         )
         self.bias = self.add_weight(
-            name="bias", shape=(channels,), initializer=self.bias_initializer,
-            regularizer=self.bias_regularizer, constraint=self.bias_constraint,
+            name="bias",
+            shape=(channels,),
+            initializer=self.bias_initializer,
+            regularizer=self.bias_regularizer,
+            constraint=self.bias_constraint,
         )
 
     def call(self, inputs):

@@ -37,7 +37,8 @@ def _primary_matrix_initializers():
             lambda: keras.initializers.RandomNormal(stddev=MATRIX_POSE_STDDEV),
         ),
         "activation": (
-            lambda: keras.initializers.GlorotUniform(), lambda: keras.initializers.Zeros()
+            lambda: keras.initializers.GlorotUniform(),
+            lambda: keras.initializers.Zeros(),
         ),
     }
 
@@ -152,9 +153,18 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
         **kwargs,
     ):
         super().__init__(
-            num_capsules, kernel_size, strides, padding, kernel_initializer,
-            bias_initializer, implementation, kernel_regularizer, bias_regularizer,
-            kernel_constraint, bias_constraint, **kwargs,
+            num_capsules,
+            kernel_size,
+            strides,
+            padding,
+            kernel_initializer,
+            bias_initializer,
+            implementation,
+            kernel_regularizer,
+            bias_regularizer,
+            kernel_constraint,
+            bias_constraint,
+            **kwargs,
         )
         self.pose_shape = int_tuple(pose_shape, 2, "pose_shape")
         if self.pose_shape != (4, 4):
@@ -171,17 +181,28 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
         defaults = _primary_matrix_initializers()
         for name, filters in (("pose", pose_filters), ("activation", self.num_capsules)):
             kernel_default, bias_default = defaults[name]
-            setattr(self, f"{name}_kernel", self.add_weight(
-                name=f"{name}_kernel",
-                shape=(*self.kernel_size, input_shape[-1], filters),
-                initializer=self.kernel_initializer or kernel_default(),
-                regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
-            ))
-            setattr(self, f"{name}_bias", self.add_weight(
-                name=f"{name}_bias", shape=(filters,),
-                initializer=self.bias_initializer or bias_default(),
-                regularizer=self.bias_regularizer, constraint=self.bias_constraint,
-            ))
+            setattr(
+                self,
+                f"{name}_kernel",
+                self.add_weight(
+                    name=f"{name}_kernel",
+                    shape=(*self.kernel_size, input_shape[-1], filters),
+                    initializer=self.kernel_initializer or kernel_default(),
+                    regularizer=self.kernel_regularizer,
+                    constraint=self.kernel_constraint,
+                ),
+            )
+            setattr(
+                self,
+                f"{name}_bias",
+                self.add_weight(
+                    name=f"{name}_bias",
+                    shape=(filters,),
+                    initializer=self.bias_initializer or bias_default(),
+                    regularizer=self.bias_regularizer,
+                    constraint=self.bias_constraint,
+                ),
+            )
 
     def call(self, inputs):
         kernel = ops.concatenate([self.pose_kernel, self.activation_kernel], axis=-1)
@@ -271,8 +292,16 @@ class ConvMatrixCapsule(WindowedCapsule):
         **kwargs,
     ):
         super().__init__(
-            num_capsules, kernel_size, strides, padding, router, EMRouting,
-            kernel_initializer, kernel_regularizer, kernel_constraint, **kwargs,
+            num_capsules,
+            kernel_size,
+            strides,
+            padding,
+            router,
+            EMRouting,
+            kernel_initializer,
+            kernel_regularizer,
+            kernel_constraint,
+            **kwargs,
         )
 
     def _grid_shapes(self, input_shape):
@@ -383,10 +412,12 @@ class ClassMatrixCapsule(keras.layers.Layer):
         height, width, types = poses_shape[1:4]
         in_caps = height * width * types
         self.kernel = self.add_weight(
-            name="kernel", shape=(types, self.num_capsules, 4, 4),
-            initializer=self.kernel_initializer or matrix_transform_initializer(
-                self.router, in_caps, self.num_capsules)(),
-            regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
+            name="kernel",
+            shape=(types, self.num_capsules, 4, 4),
+            initializer=self.kernel_initializer
+            or matrix_transform_initializer(self.router, in_caps, self.num_capsules)(),
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
         )
         # See WindowedCapsule.build.
         build_router(self.router, (None, in_caps, self.num_capsules, POSE_SIZE), (None, in_caps))
@@ -395,7 +426,9 @@ class ClassMatrixCapsule(keras.layers.Layer):
         poses, activations = inputs
         height, width, types = poses.shape[1:4]
         votes = pose_votes(
-            ops.reshape(poses, (-1, types, 4, 4)), self.kernel, compute_dtype_for(self.compute_dtype)
+            ops.reshape(poses, (-1, types, 4, 4)),
+            self.kernel,
+            compute_dtype_for(self.compute_dtype),
         )
         votes = ops.reshape(votes, (-1, height, width, types, self.num_capsules, POSE_SIZE))
         if self.coordinate_addition:

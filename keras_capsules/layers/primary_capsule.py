@@ -98,9 +98,18 @@ class PrimaryCapsule(PrimaryConvolution):
         **kwargs,
     ):
         super().__init__(
-            num_capsules, kernel_size, strides, padding, kernel_initializer,
-            bias_initializer, implementation, kernel_regularizer, bias_regularizer,
-            kernel_constraint, bias_constraint, **kwargs,
+            num_capsules,
+            kernel_size,
+            strides,
+            padding,
+            kernel_initializer,
+            bias_initializer,
+            implementation,
+            kernel_regularizer,
+            bias_regularizer,
+            kernel_constraint,
+            bias_constraint,
+            **kwargs,
         )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.squash = bool(squash)
@@ -110,14 +119,18 @@ class PrimaryCapsule(PrimaryConvolution):
         filters = self.num_capsules * self.capsule_dim
         dim = self.capsule_dim
         self.kernel = self.add_weight(
-            name="kernel", shape=(*self.kernel_size, input_shape[-1], filters),
+            name="kernel",
+            shape=(*self.kernel_size, input_shape[-1], filters),
             initializer=self.kernel_initializer or primary_kernel_initializer(dim),
-            regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
         )
         self.bias = self.add_weight(
-            name="bias", shape=(filters,),
+            name="bias",
+            shape=(filters,),
             initializer=self.bias_initializer or primary_bias_initializer(dim),
-            regularizer=self.bias_regularizer, constraint=self.bias_constraint,
+            regularizer=self.bias_regularizer,
+            constraint=self.bias_constraint,
         )
 
     def call(self, inputs):
@@ -135,4 +148,3 @@ class PrimaryCapsule(PrimaryConvolution):
         config = super().get_config()
         config.update(capsule_dim=self.capsule_dim, squash=self.squash)
         return config
-

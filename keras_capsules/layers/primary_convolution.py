@@ -22,9 +22,19 @@ class PrimaryConvolution(keras.layers.Layer):
     """
 
     def __init__(
-        self, num_capsules, kernel_size, strides, padding, kernel_initializer,
-        bias_initializer, implementation, kernel_regularizer, bias_regularizer,
-        kernel_constraint, bias_constraint, **kwargs,
+        self,
+        num_capsules,
+        kernel_size,
+        strides,
+        padding,
+        kernel_initializer,
+        bias_initializer,
+        implementation,
+        kernel_regularizer,
+        bias_regularizer,
+        kernel_constraint,
+        bias_constraint,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
@@ -53,8 +63,12 @@ class PrimaryConvolution(keras.layers.Layer):
 
     def _output_grid(self, input_shape):
         return check_kernel_fits(
-            self.__class__.__name__, "input", input_shape[1:3], self.kernel_size,
-            self.strides, self.padding,
+            self.__class__.__name__,
+            "input",
+            input_shape[1:3],
+            self.kernel_size,
+            self.strides,
+            self.padding,
         )
 
     def _conv(self, inputs, kernel, bias):

@@ -41,8 +41,17 @@ class WindowedCapsule(keras.layers.Layer):
     _length_coded = False
 
     def __init__(
-        self, num_capsules, kernel_size, strides, padding, router, default_router,
-        kernel_initializer, kernel_regularizer, kernel_constraint, **kwargs,
+        self,
+        num_capsules,
+        kernel_size,
+        strides,
+        padding,
+        router,
+        default_router,
+        kernel_initializer,
+        kernel_regularizer,
+        kernel_constraint,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
@@ -100,18 +109,26 @@ class WindowedCapsule(keras.layers.Layer):
     def build(self, input_shape):
         poses_shape, activations_shape = self._grid_shapes(input_shape)
         self._out_grid = check_grid(
-            self.__class__.__name__, poses_shape[1:-2], self.kernel_size,
-            self.strides, self.padding,
+            self.__class__.__name__,
+            poses_shape[1:-2],
+            self.kernel_size,
+            self.strides,
+            self.padding,
         )
         types, in_dim = poses_shape[-2:]
         self.in_dim = in_dim
-        setattr(self, self._kernel_name, self.add_weight(
-            name=self._kernel_name,
-            shape=self._kernel_shape(types, in_dim),
-            autocast=self._kernel_autocast,
-            initializer=self._kernel_initializer_for(types, in_dim),
-            regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
-        ))
+        setattr(
+            self,
+            self._kernel_name,
+            self.add_weight(
+                name=self._kernel_name,
+                shape=self._kernel_shape(types, in_dim),
+                autocast=self._kernel_autocast,
+                initializer=self._kernel_initializer_for(types, in_dim),
+                regularizer=self.kernel_regularizer,
+                constraint=self.kernel_constraint,
+            ),
+        )
         votes_shape = self._votes_shape(types, self._out_dim(in_dim))
         # A router restored from a config arrives built (its build config
         # travels with it); building it twice would add its weights twice.
@@ -127,9 +144,7 @@ class WindowedCapsule(keras.layers.Layer):
         windows = ops.reshape(windows, (-1, k, types, in_dim))
         votes = self._votes(windows)
         if activations is not None:
-            activations = extract_windows(
-                activations, self.kernel_size, self.strides, self.padding
-            )
+            activations = extract_windows(activations, self.kernel_size, self.strides, self.padding)
             activations = ops.reshape(activations, (-1, k * types))
         parent_poses, parent_activations = call_router(
             self, votes, activations, length_coded=self._length_coded
@@ -143,8 +158,11 @@ class WindowedCapsule(keras.layers.Layer):
     def _output_shapes(self, input_shape):
         poses_shape, _ = self._grid_shapes(input_shape)
         out_grid = check_grid(
-            self.__class__.__name__, poses_shape[1:-2], self.kernel_size,
-            self.strides, self.padding,
+            self.__class__.__name__,
+            poses_shape[1:-2],
+            self.kernel_size,
+            self.strides,
+            self.padding,
         )
         grid = (poses_shape[0], *out_grid, self.num_capsules)
         return (*grid, self._out_dim(poses_shape[-1])), grid

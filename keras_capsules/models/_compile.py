@@ -29,8 +29,13 @@ def xla_compile_kwargs(model, jit_compile, kwargs):
     that is fastest that way.
     """
     backend = keras.backend.backend()
-    forced = (jit_compile == "auto" and backend == "tensorflow" and cpu_only()
-              and not kwargs.get("run_eagerly") and not _in_tf_distribute_strategy())
+    forced = (
+        jit_compile == "auto"
+        and backend == "tensorflow"
+        and cpu_only()
+        and not kwargs.get("run_eagerly")
+        and not _in_tf_distribute_strategy()
+    )
     with warnings.catch_warnings():
         if forced:
             warnings.filterwarnings("ignore", "Model doesn't support `jit_compile=True`")

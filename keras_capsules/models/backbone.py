@@ -109,8 +109,13 @@ class CapsuleImageClassifier(CapsuleClassifier):
         if input_shape is None:
             input_shape = _known_input_shape(backbone)
         super().__init__(
-            input_shape, num_classes, reconstruction, reconstruction_weight,
-            decoder_units, decoder_activation, **kwargs,
+            input_shape,
+            num_classes,
+            reconstruction,
+            reconstruction_weight,
+            decoder_units,
+            decoder_activation,
+            **kwargs,
         )
         self.backbone = backbone
         self.primary_capsules = positive_int(primary_capsules, "primary_capsules")
@@ -130,13 +135,23 @@ class CapsuleImageClassifier(CapsuleClassifier):
             )
         feature_map = keras.Input(x.shape[1:])
         x = PrimaryCapsule(
-            self.primary_capsules, self.capsule_dim, self.primary_kernel_size,
-            strides=self.primary_strides, name="primary", dtype=self.dtype_policy,
+            self.primary_capsules,
+            self.capsule_dim,
+            self.primary_kernel_size,
+            strides=self.primary_strides,
+            name="primary",
+            dtype=self.dtype_policy,
         )(feature_map)
-        self.set_capsules(keras.Model(feature_map, x, name="features"), Capsule(
-            self.num_classes, self.class_capsule_dim, router=router,
-            name="digit_capsules", dtype=self.dtype_policy,
-        ))
+        self.set_capsules(
+            keras.Model(feature_map, x, name="features"),
+            Capsule(
+                self.num_classes,
+                self.class_capsule_dim,
+                router=router,
+                name="digit_capsules",
+                dtype=self.dtype_policy,
+            ),
+        )
 
     def child_capsules(self, images, training=None):
         return self.features(self.backbone(images, training=training), training=training)

@@ -128,8 +128,11 @@ class CapsuleClassifier(CapsuleModel):
         activation = keras.activations.get(decoder_activation)  # checks the name
         # A name stays a name: `serialize` would import TensorFlow (where it is
         # installed) into every torch and JAX process, ~250 MiB of RSS.
-        self.decoder_activation = (decoder_activation if isinstance(decoder_activation, str)
-                                   else keras.activations.serialize(activation))
+        self.decoder_activation = (
+            decoder_activation
+            if isinstance(decoder_activation, str)
+            else keras.activations.serialize(activation)
+        )
         self.scores = Length(name="scores", dtype=self.dtype_policy)
         self.mask = Mask(name="mask", dtype=self.dtype_policy)
         self.reconstruction_loss = keras.losses.MeanSquaredError()
@@ -153,8 +156,9 @@ class CapsuleClassifier(CapsuleModel):
     def _build_decoder(self, capsule_dim):
         dtype = self.dtype_policy
         layers = [keras.Input((self.num_classes * capsule_dim,))]
-        layers += [keras.layers.Dense(u, activation="relu", dtype=dtype)
-                   for u in self.decoder_units]
+        layers += [
+            keras.layers.Dense(u, activation="relu", dtype=dtype) for u in self.decoder_units
+        ]
         layers += [
             keras.layers.Dense(
                 int(np.prod(self.image_shape)), activation=self.decoder_activation, dtype=dtype
@@ -193,7 +197,8 @@ class CapsuleClassifier(CapsuleModel):
             poses = self.encode(x, training=training)
         if self.labels_per_image == 1:
             return self.reconstruction_weight * self._reconstruction_error(
-                x, poses, targets, sample_weight)
+                x, poses, targets, sample_weight
+            )
         ids, images = self._objects(y)
         error = 0.0
         for k in range(self.labels_per_image):  # each object alone, a fixed few
@@ -209,8 +214,11 @@ class CapsuleClassifier(CapsuleModel):
                 f"with 'labels' (batch, {k}) class ids and 'images' (batch, {k}, height, "
                 "width, channels), each object alone: the decoder reconstructs each "
                 "from its own capsule. Received: "
-                + (f"a dict with keys {sorted(y)}" if isinstance(y, dict)
-                   else f"y of type {type(y).__name__}")
+                + (
+                    f"a dict with keys {sorted(y)}"
+                    if isinstance(y, dict)
+                    else f"y of type {type(y).__name__}"
+                )
             )
         return ops.convert_to_tensor(y["labels"]), ops.convert_to_tensor(y["images"])
 
@@ -265,5 +273,3 @@ class CapsuleClassifier(CapsuleModel):
             decoder_activation=self.decoder_activation,
         )
         return config
-
-

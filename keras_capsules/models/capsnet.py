@@ -8,7 +8,6 @@ from keras_capsules.models.base import CapsuleClassifier
 from keras_capsules.routing.layer_router import serialize_router
 from keras_capsules.validation import positive_int
 
-
 # Sabour et al.'s code: see "Initialisation" in the CapsNet docstring.
 _BIAS = keras.initializers.Constant(0.1)
 
@@ -101,8 +100,13 @@ class CapsNet(CapsuleClassifier):
         **kwargs,
     ):
         super().__init__(
-            input_shape, num_classes, reconstruction, reconstruction_weight,
-            decoder_units, decoder_activation, **kwargs,
+            input_shape,
+            num_classes,
+            reconstruction,
+            reconstruction_weight,
+            decoder_units,
+            decoder_activation,
+            **kwargs,
         )
         self.conv_filters = positive_int(conv_filters, "conv_filters")
         self.primary_capsules = positive_int(primary_capsules, "primary_capsules")
@@ -111,17 +115,35 @@ class CapsNet(CapsuleClassifier):
         dtype = self.dtype_policy
         images = keras.Input(self.image_shape)
         x = keras.layers.Conv2D(
-            self.conv_filters, 9, activation="relu", name="conv", dtype=dtype,
-            kernel_initializer=_truncated_normal(0.05), bias_initializer=_BIAS,
+            self.conv_filters,
+            9,
+            activation="relu",
+            name="conv",
+            dtype=dtype,
+            kernel_initializer=_truncated_normal(0.05),
+            bias_initializer=_BIAS,
         )(images)
         x = PrimaryCapsule(
-            self.primary_capsules, self.primary_dim, 9, strides=2, name="primary", dtype=dtype,
-            kernel_initializer=_truncated_normal(0.01), bias_initializer=_BIAS,
+            self.primary_capsules,
+            self.primary_dim,
+            9,
+            strides=2,
+            name="primary",
+            dtype=dtype,
+            kernel_initializer=_truncated_normal(0.01),
+            bias_initializer=_BIAS,
         )(x)
-        self.set_capsules(keras.Model(images, x, name="features"), Capsule(
-            self.num_classes, self.capsule_dim, router=router, dtype=dtype,
-            kernel_initializer=_truncated_normal(0.01), name="digit_capsules",
-        ))
+        self.set_capsules(
+            keras.Model(images, x, name="features"),
+            Capsule(
+                self.num_classes,
+                self.capsule_dim,
+                router=router,
+                dtype=dtype,
+                kernel_initializer=_truncated_normal(0.01),
+                name="digit_capsules",
+            ),
+        )
 
     def get_config(self):
         config = super().get_config()

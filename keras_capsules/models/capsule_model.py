@@ -185,8 +185,7 @@ class CapsuleModel(keras.Model):
             return [LabelSetAccuracy(self.labels_per_image, name="accuracy")]
         return ["accuracy"]
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", jit_compile="auto",
-                **kwargs):
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", jit_compile="auto", **kwargs):
         if optimizer == "auto":
             optimizer = keras.optimizers.Adam(self.default_learning_rate)
         if loss == "auto":

@@ -81,8 +81,13 @@ class EfficientCapsNet(CapsuleClassifier):
         **kwargs,
     ):
         super().__init__(
-            input_shape, num_classes, reconstruction, reconstruction_weight,
-            decoder_units, decoder_activation, **kwargs,
+            input_shape,
+            num_classes,
+            reconstruction,
+            reconstruction_weight,
+            decoder_units,
+            decoder_activation,
+            **kwargs,
         )
         dtype = self.dtype_policy
         images = keras.Input(self.image_shape)
@@ -93,17 +98,28 @@ class EfficientCapsNet(CapsuleClassifier):
             # StridedConv2D: a Conv2D computed as `implementation="auto"`
             # picks (see keras_capsules.conv.resolve_implementation).
             x = StridedConv2D(
-                filters, kernel, strides=stride, kernel_initializer="he_normal",
-                name=f"conv{i + 1}", dtype=dtype,
+                filters,
+                kernel,
+                strides=stride,
+                kernel_initializer="he_normal",
+                name=f"conv{i + 1}",
+                dtype=dtype,
             )(x)
             x = keras.layers.BatchNormalization(name=f"bn{i + 1}", dtype=dtype)(x)
             x = keras.layers.ReLU(name=f"relu{i + 1}", dtype=dtype)(x)
         x = DepthwisePrimaryCapsule(16, 8, name="primary", dtype=dtype)(x)
         router = SelfAttentionRouting(dtype=dtype) if router is None else router
-        self.set_capsules(keras.Model(images, x, name="features"), Capsule(
-            self.num_classes, 16, router=router, kernel_initializer="he_normal",
-            name="digit_capsules", dtype=dtype,
-        ))
+        self.set_capsules(
+            keras.Model(images, x, name="features"),
+            Capsule(
+                self.num_classes,
+                16,
+                router=router,
+                kernel_initializer="he_normal",
+                name="digit_capsules",
+                dtype=dtype,
+            ),
+        )
 
     def count_encoder_params(self):
         """Trainable parameters without the decoder: the paper's count."""

@@ -4,12 +4,12 @@ import keras
 
 from keras_capsules import routing
 from keras_capsules.conv import IMPLEMENTATIONS
+from keras_capsules.layers.auto_conv2d import StridedConv2D
 from keras_capsules.layers.matrix_capsule import (
     ClassMatrixCapsule,
     ConvMatrixCapsule,
     PrimaryMatrixCapsule,
 )
-from keras_capsules.layers.auto_conv2d import StridedConv2D
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.models.capsule_model import CapsuleModel
 from keras_capsules.routing.em import EMRouting
@@ -171,23 +171,39 @@ class MatrixCapsNet(CapsuleModel):
         dtype = self.dtype_policy
         images = keras.Input(self.image_shape)
         x = StridedConv2D(
-            self.conv_filters, 5, strides=2, activation="relu",
-            implementation=self.implementation, name="conv", dtype=dtype,
+            self.conv_filters,
+            5,
+            strides=2,
+            activation="relu",
+            implementation=self.implementation,
+            name="conv",
+            dtype=dtype,
         )(images)
         capsules = PrimaryMatrixCapsule(
             self.primary_capsules, 1, name="primary_capsules", dtype=dtype
         )(x)
         capsules = ConvMatrixCapsule(
-            self.conv_capsules1, 3, strides=2, router=self._router(), name="conv_capsules1",
+            self.conv_capsules1,
+            3,
+            strides=2,
+            router=self._router(),
+            name="conv_capsules1",
             dtype=dtype,
         )(capsules)
         capsules = ConvMatrixCapsule(
-            self.conv_capsules2, 3, strides=1, router=self._router(), name="conv_capsules2",
+            self.conv_capsules2,
+            3,
+            strides=1,
+            router=self._router(),
+            name="conv_capsules2",
             dtype=dtype,
         )(capsules)
         outputs = ClassMatrixCapsule(
-            self.num_classes, router=self._router(),
-            coordinate_addition=self.coordinate_addition, name="class_capsules", dtype=dtype,
+            self.num_classes,
+            router=self._router(),
+            coordinate_addition=self.coordinate_addition,
+            name="class_capsules",
+            dtype=dtype,
         )(capsules)
         self.network = keras.Model(images, outputs, name="matrix_capsules")
         self.build((None, *self.image_shape))

@@ -10,11 +10,11 @@ import keras
 
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.dynamic import DynamicRouting
-from keras_capsules.routing.self_attention import SelfAttentionRouting
-from keras_capsules.routing.sparse_attention import SparseAttentionRouting
-from keras_capsules.routing.inverted_dot_product import InvertedDotProductRouting
-from keras_capsules.routing.self_routing import SelfRouting
 from keras_capsules.routing.em import EMRouting
+from keras_capsules.routing.inverted_dot_product import InvertedDotProductRouting
+from keras_capsules.routing.self_attention import SelfAttentionRouting
+from keras_capsules.routing.self_routing import SelfRouting
+from keras_capsules.routing.sparse_attention import SparseAttentionRouting
 
 _ROUTERS = {
     "dynamic": DynamicRouting,
@@ -81,8 +81,11 @@ def deserialize(config, custom_objects=None):
     ('EMRouting', 2)
     """
     class_name = config.get("class_name") if isinstance(config, dict) else None
-    if (isinstance(class_name, str) and "registered_name" not in config
-            and keras.saving.get_registered_object(class_name) is None):
+    if (
+        isinstance(class_name, str)
+        and "registered_name" not in config
+        and keras.saving.get_registered_object(class_name) is None
+    ):
         return _router_class(class_name).from_config(config.get("config") or {})
     return keras.saving.deserialize_keras_object(config, custom_objects=custom_objects)
 
@@ -134,7 +137,6 @@ def get(identifier):
 def _router_class(name):
     if name not in _BY_NAME:
         raise ValueError(
-            f"Unknown router name. Valid names: {', '.join(names())}. "
-            f"Received: router={name!r}"
+            f"Unknown router name. Valid names: {', '.join(names())}. Received: router={name!r}"
         )
     return _BY_NAME[name]

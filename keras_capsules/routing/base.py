@@ -188,9 +188,7 @@ class Router(keras.layers.Layer):
             # caller takes.
             outputs = keras.remat(lambda v: tuple(self.route(v, None)[:count]))(votes)
         else:
-            outputs = keras.remat(lambda v, a: tuple(self.route(v, a)[:count]))(
-                votes, activations
-            )
+            outputs = keras.remat(lambda v, a: tuple(self.route(v, a)[:count]))(votes, activations)
         return tuple(ops.cast(t, self.compute_dtype) for t in outputs)
 
     def get_config(self):
@@ -203,9 +201,7 @@ class Router(keras.layers.Layer):
             f"{self.__class__.__name__} must implement `route(votes, activations)`."
         )
 
-    def compute_output_shape(
-        self, votes_shape, activations_shape=None, return_coefficients=False
-    ):
+    def compute_output_shape(self, votes_shape, activations_shape=None, return_coefficients=False):
         self.check_inputs(votes_shape, activations_shape)
         batch, in_caps, out_caps, dim = votes_shape
         shapes = ((batch, out_caps, dim), (batch, out_caps))
@@ -213,9 +209,7 @@ class Router(keras.layers.Layer):
             shapes += ((batch, in_caps, out_caps),)
         return shapes
 
-    def compute_output_spec(
-        self, votes, activations=None, return_coefficients=False
-    ):
+    def compute_output_spec(self, votes, activations=None, return_coefficients=False):
         shapes = self.compute_output_shape(
             votes.shape,
             None if activations is None else activations.shape,
@@ -237,7 +231,7 @@ def check_votes_shape(votes_shape, name):
     >>> check_votes_shape((2, 6, 3), "DynamicRouting")
     Traceback (most recent call last):
         ...
-    ValueError: DynamicRouting expects votes of shape (batch, in_caps, out_caps, dim). Received: votes.shape=(2, 6, 3)
+    ValueError: DynamicRouting expects votes of shape (batch, in_caps, out_caps, dim). ...
     """
     if len(votes_shape) != 4:
         raise ValueError(

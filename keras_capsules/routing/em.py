@@ -98,9 +98,7 @@ class EMRouting(Router):
         super().__init__(**kwargs)
         self.iterations = positive_int(iterations, "iterations")
         self.final_lambda = positive_float(final_lambda, "final_lambda")
-        self.inverse_temperature = _check_inverse_temperature(
-            inverse_temperature, self.iterations
-        )
+        self.inverse_temperature = _check_inverse_temperature(inverse_temperature, self.iterations)
         self.epsilon = positive_float(epsilon, "epsilon")
 
     weight_axes = (2,)  # beta_u, beta_a: (out_caps,)
@@ -110,8 +108,7 @@ class EMRouting(Router):
         out_caps = votes_shape[2]
         if out_caps is None:
             raise ValueError(
-                "EMRouting needs a known out_caps. "
-                f"Received: votes.shape={tuple(votes_shape)}"
+                f"EMRouting needs a known out_caps. Received: votes.shape={tuple(votes_shape)}"
             )
         self.beta_u = self.add_weight(name="beta_u", shape=(out_caps,), initializer="zeros")
         self.beta_a = self.add_weight(name="beta_a", shape=(out_caps,), initializer="zeros")
@@ -128,9 +125,7 @@ class EMRouting(Router):
     def inverse_temperatures(self):
         """The `lambda_t` of each iteration, as Python floats."""
         if self.inverse_temperature is None:
-            return [
-                self.final_lambda * (1.0 - 0.95 ** (t + 1)) for t in range(self.iterations)
-            ]
+            return [self.final_lambda * (1.0 - 0.95 ** (t + 1)) for t in range(self.iterations)]
         if isinstance(self.inverse_temperature, float):
             return [self.inverse_temperature] * self.iterations
         return list(self.inverse_temperature)
@@ -173,7 +168,9 @@ class EMRouting(Router):
         config.update(
             iterations=self.iterations,
             final_lambda=self.final_lambda,
-            inverse_temperature=list(temperature) if isinstance(temperature, tuple) else temperature,
+            inverse_temperature=list(temperature)
+            if isinstance(temperature, tuple)
+            else temperature,
             epsilon=self.epsilon,
         )
         return config

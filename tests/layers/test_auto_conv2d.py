@@ -15,14 +15,27 @@ class TestAutoConv2D(LayerTestCase):
     def test_weight_arguments(self):
         """Keras's own Conv2D arguments, passed through."""
         self.run_weight_arguments_test(
-            AutoConv2D, {"filters": 2, "kernel_size": 3, "implementation": "matmul"}, IMAGES,
-            {"kernel": ["kernel"], "bias": ["bias"]})
+            AutoConv2D,
+            {"filters": 2, "kernel_size": 3, "implementation": "matmul"},
+            IMAGES,
+            {"kernel": ["kernel"], "bias": ["bias"]},
+        )
 
     def test_layer(self):
         self.run_layer_test(
-            AutoConv2D, {"filters": 4, "kernel_size": 3, "strides": 2, "activation": "relu",
-                            "implementation": "matmul"}, IMAGES, (2, 4, 4, 4),
-            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0)
+            AutoConv2D,
+            {
+                "filters": 4,
+                "kernel_size": 3,
+                "strides": 2,
+                "activation": "relu",
+                "implementation": "matmul",
+            },
+            IMAGES,
+            (2, 4, 4, 4),
+            expected_num_trainable_weights=2,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_implementations_agree_with_keras_conv2d(self):
         reference = keras.layers.Conv2D(4, 3, strides=2, padding="same")
@@ -63,4 +76,3 @@ def test_strided_conv2d_is_the_old_name_and_keeps_loading(tmp_path):
     loaded = keras.saving.load_model(path)
     assert type(loaded.layers[1]) is StridedConv2D
     np.testing.assert_allclose(to_numpy(loaded(IMAGES)), to_numpy(model(IMAGES)), atol=1e-6)
-

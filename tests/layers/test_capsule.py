@@ -18,20 +18,30 @@ ACTIVATIONS = RNG.uniform(size=(2, 6)).astype("float32")
 class TestCapsule(LayerTestCase):
     def test_weight_arguments(self):
         self.run_weight_arguments_test(
-            Capsule, {"num_capsules": 3, "capsule_dim": 5}, POSES, {"kernel": ["kernel"]})
+            Capsule, {"num_capsules": 3, "capsule_dim": 5}, POSES, {"kernel": ["kernel"]}
+        )
 
     @pytest.mark.parametrize("share_weights", (False, True))
     def test_layer(self, share_weights):
         self.run_layer_test(
-            Capsule, {"num_capsules": 3, "capsule_dim": 5, "share_weights": share_weights},
-            POSES, (2, 3, 5),
-            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0)
+            Capsule,
+            {"num_capsules": 3, "capsule_dim": 5, "share_weights": share_weights},
+            POSES,
+            (2, 3, 5),
+            expected_num_trainable_weights=1,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_with_activations(self):
         self.run_layer_test(
-            Capsule, {"num_capsules": 3, "capsule_dim": 5, "return_activations": True},
-            [POSES, ACTIVATIONS], ((2, 3, 5), (2, 3)), run_mixed_precision_check=False,
-            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0)
+            Capsule,
+            {"num_capsules": 3, "capsule_dim": 5, "return_activations": True},
+            [POSES, ACTIVATIONS],
+            ((2, 3, 5), (2, 3)),
+            run_mixed_precision_check=False,
+            expected_num_trainable_weights=1,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_custom_router_round_trips(self):
         router = keras_capsules.routing.DynamicRouting(iterations=1, agreement="cosine")
@@ -53,14 +63,17 @@ class TestCapsule(LayerTestCase):
         layer.kernel.assign(w)
         votes = np.einsum("bid,ijde->bije", POSES, w)
         expected = votes.sum(axis=1) / 3  # uniform coefficients 1/out_caps
-        n2 = (expected ** 2).sum(-1, keepdims=True)
+        n2 = (expected**2).sum(-1, keepdims=True)
         expected = n2 / (1 + n2) * expected / np.sqrt(n2 + 1e-7)
         np.testing.assert_allclose(to_numpy(layer(POSES)), expected, rtol=1e-5, atol=1e-6)
 
     @pytest.mark.parametrize(
         "kwargs, message",
-        [({"num_capsules": 0}, "num_capsules=0"), ({"capsule_dim": 0}, "capsule_dim=0"),
-         ({"router": "dynamo"}, "router='dynamo'")],
+        [
+            ({"num_capsules": 0}, "num_capsules=0"),
+            ({"capsule_dim": 0}, "capsule_dim=0"),
+            ({"router": "dynamo"}, "router='dynamo'"),
+        ],
     )
     def test_errors(self, kwargs, message):
         with pytest.raises(ValueError, match=message):
@@ -90,5 +103,6 @@ def test_capsule_votes(orthogonal, share_weights):
     layer.build(poses.shape)
     weight = to_numpy(layer.householder if orthogonal else layer.kernel).astype("float64")
     kernel = ref.householder_orthogonal(weight, 6, 4) if orthogonal else weight
-    np.testing.assert_allclose(to_numpy(layer.votes(poses)), capsule_votes(poses, kernel),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        to_numpy(layer.votes(poses)), capsule_votes(poses, kernel), rtol=1e-5, atol=1e-5
+    )

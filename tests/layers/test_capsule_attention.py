@@ -1,4 +1,7 @@
-"""CapsuleAttention: shapes, masks, attention scores, config, training, errors (values: parity matrix)."""
+"""CapsuleAttention: shapes, masks, attention scores, config, training, errors.
+
+Values: the parity matrix.
+"""
 
 import keras
 import numpy as np
@@ -13,8 +16,8 @@ CAPSULES = np.random.default_rng(0).normal(size=(2, 6, 8)).astype("float32")
 class TestCapsuleAttention(LayerTestCase):
     def test_weight_arguments(self):
         self.run_weight_arguments_test(
-            CapsuleAttention, {"num_heads": 2}, CAPSULES,
-            {"kernel": ["query_kernel", "key_kernel"]})
+            CapsuleAttention, {"num_heads": 2}, CAPSULES, {"kernel": ["query_kernel", "key_kernel"]}
+        )
 
     def test_kernels_are_read_in_float32_under_mixed_precision(self):
         """Kernels too large for float16 (read as float16 they would be
@@ -27,16 +30,20 @@ class TestCapsuleAttention(LayerTestCase):
             layer.query_kernel.assign(1e5 * np.eye(8, dtype="float32"))
             layer.key_kernel.assign(np.eye(8, dtype="float32") / 1e5)
         (mixed, mixed_scores), (full, full_scores) = (
-            layer(x16, return_attention_scores=True) for layer in layers)
+            layer(x16, return_attention_scores=True) for layer in layers
+        )
         assert keras.backend.standardize_dtype(mixed.dtype) == "float16"
         np.testing.assert_allclose(to_numpy(mixed_scores), to_numpy(full_scores), atol=1e-3)
         np.testing.assert_allclose(to_numpy(mixed), to_numpy(full), rtol=1e-3, atol=1e-3)
 
     def test_layer(self):
         self.run_layer_test(
-            CapsuleAttention, {"num_heads": 2, "top_k": 2, "window_size": 3}, CAPSULES,
+            CapsuleAttention,
+            {"num_heads": 2, "top_k": 2, "window_size": 3},
+            CAPSULES,
             (2, 6, 8),
-            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0,
+            expected_num_trainable_weights=2,
+            expected_num_non_trainable_weights=0,
         )
 
     def test_return_attention_scores(self):
@@ -49,9 +56,13 @@ class TestCapsuleAttention(LayerTestCase):
 
     def test_layer_global_squashed(self):
         self.run_layer_test(
-            CapsuleAttention, {"num_heads": 4, "squash_output": True}, CAPSULES, (2, 6, 8),
+            CapsuleAttention,
+            {"num_heads": 4, "squash_output": True},
+            CAPSULES,
+            (2, 6, 8),
             run_mixed_precision_check=False,
-            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0,
+            expected_num_trainable_weights=2,
+            expected_num_non_trainable_weights=0,
         )
 
     @pytest.mark.parametrize("top_k, window_size", ((None, 3), (2, None), (2, 5)))
@@ -69,8 +80,11 @@ class TestCapsuleAttention(LayerTestCase):
 
     @pytest.mark.parametrize(
         "kwargs, message",
-        [({"num_heads": 0}, "num_heads=0"), ({"top_k": 0}, "top_k=0"),
-         ({"window_size": -1}, "window_size=-1")],
+        [
+            ({"num_heads": 0}, "num_heads=0"),
+            ({"top_k": 0}, "top_k=0"),
+            ({"window_size": -1}, "window_size=-1"),
+        ],
     )
     def test_errors(self, kwargs, message):
         with pytest.raises(ValueError, match=message):

@@ -12,9 +12,15 @@ CAPSULES = np.random.default_rng(0).normal(size=(2, 6, 8)).astype("float32")
 
 class TestCapsulePruning(LayerTestCase):
     def test_layer(self):
-        self.run_layer_test(CapsulePruning, {"threshold": 0.9}, CAPSULES, (2, 6, 8),
-                            run_training_check=False,
-                            expected_num_trainable_weights=0, expected_num_non_trainable_weights=0)
+        self.run_layer_test(
+            CapsulePruning,
+            {"threshold": 0.9},
+            CAPSULES,
+            (2, 6, 8),
+            run_training_check=False,
+            expected_num_trainable_weights=0,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_prunes_near_duplicates_and_passes_the_rest(self):
         x = CAPSULES.copy()

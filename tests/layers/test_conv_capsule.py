@@ -21,24 +21,44 @@ DYNAMIC2 = keras.saving.serialize_keras_object(DynamicRouting(iterations=2))
 class TestConvCapsule2D(LayerTestCase):
     def test_weight_arguments(self):
         self.run_weight_arguments_test(
-            ConvCapsule2D, {"num_capsules": 3, "capsule_dim": 4, "kernel_size": 3}, GRID,
-            {"kernel": ["kernel"]})
+            ConvCapsule2D,
+            {"num_capsules": 3, "capsule_dim": 4, "kernel_size": 3},
+            GRID,
+            {"kernel": ["kernel"]},
+        )
 
     def test_layer(self):
         self.run_layer_test(
-            ConvCapsule2D, {"num_capsules": 3, "capsule_dim": 4, "kernel_size": 3,
-                            "strides": 2, "padding": "same", "router": DYNAMIC2},
-            GRID, (2, 3, 3, 3, 4),
-            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0)
+            ConvCapsule2D,
+            {
+                "num_capsules": 3,
+                "capsule_dim": 4,
+                "kernel_size": 3,
+                "strides": 2,
+                "padding": "same",
+                "router": DYNAMIC2,
+            },
+            GRID,
+            (2, 3, 3, 3, 4),
+            expected_num_trainable_weights=1,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_layer_with_activations_and_em(self):
         self.run_layer_test(
             ConvCapsule2D,
-            {"num_capsules": 3, "capsule_dim": 4, "kernel_size": 2,
-             "router": EM2, "return_activations": True},
-            [GRID, GRID_ACTIVATIONS], ((2, 4, 4, 3, 4), (2, 4, 4, 3)),
+            {
+                "num_capsules": 3,
+                "capsule_dim": 4,
+                "kernel_size": 2,
+                "router": EM2,
+                "return_activations": True,
+            },
+            [GRID, GRID_ACTIVATIONS],
+            ((2, 4, 4, 3, 4), (2, 4, 4, 3)),
             run_mixed_precision_check=False,
-            expected_num_trainable_weights=3, expected_num_non_trainable_weights=0,
+            expected_num_trainable_weights=3,
+            expected_num_non_trainable_weights=0,
         )
 
     @pytest.mark.parametrize("padding, expected", [("valid", (2, 2)), ("same", (3, 3))])
@@ -58,8 +78,8 @@ class TestConvCapsule2D(LayerTestCase):
         dense.build((2, 18, 3))
         dense.kernel.assign(w.reshape(18, 3, 3, 4))
         np.testing.assert_allclose(
-            to_numpy(conv(x))[:, 0, 0], to_numpy(dense(x.reshape(2, 18, 3))),
-            rtol=1e-5, atol=1e-6)
+            to_numpy(conv(x))[:, 0, 0], to_numpy(dense(x.reshape(2, 18, 3))), rtol=1e-5, atol=1e-6
+        )
 
     def test_windows_route_independently(self):
         """Changing a child only changes the parents of windows containing it."""
@@ -80,9 +100,14 @@ class TestConvCapsule2D(LayerTestCase):
 
     @pytest.mark.parametrize(
         "kwargs, message",
-        [({"num_capsules": 0}, "num_capsules=0"), ({"capsule_dim": 0}, "capsule_dim=0"),
-         ({"kernel_size": (3, 0)}, "kernel_size"), ({"strides": 0}, "strides=0"),
-         ({"padding": "full"}, "padding='full'"), ({"router": "emm"}, "router='emm'")],
+        [
+            ({"num_capsules": 0}, "num_capsules=0"),
+            ({"capsule_dim": 0}, "capsule_dim=0"),
+            ({"kernel_size": (3, 0)}, "kernel_size"),
+            ({"strides": 0}, "strides=0"),
+            ({"padding": "full"}, "padding='full'"),
+            ({"router": "emm"}, "router='emm'"),
+        ],
     )
     def test_errors(self, kwargs, message):
         with pytest.raises(ValueError, match=message):
@@ -102,24 +127,40 @@ class TestConvCapsule2D(LayerTestCase):
 class TestConvCapsule1D(LayerTestCase):
     def test_weight_arguments(self):
         self.run_weight_arguments_test(
-            ConvCapsule1D, {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 3}, SEQUENCE,
-            {"kernel": ["kernel"]})
+            ConvCapsule1D,
+            {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 3},
+            SEQUENCE,
+            {"kernel": ["kernel"]},
+        )
 
     def test_layer_on_a_plain_sequence(self):
         self.run_layer_test(
-            ConvCapsule1D, {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 3,
-                            "strides": 2}, SEQUENCE, (2, 3, 2, 4),
-            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0)
+            ConvCapsule1D,
+            {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 3, "strides": 2},
+            SEQUENCE,
+            (2, 3, 2, 4),
+            expected_num_trainable_weights=1,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_layer_with_types_and_activations(self):
         x = RNG.normal(size=(2, 6, 2, 3)).astype("float32")
         a = RNG.uniform(size=(2, 6, 2)).astype("float32")
         self.run_layer_test(
             ConvCapsule1D,
-            {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 2, "padding": "same",
-             "router": EM2, "return_activations": True},
-            [x, a], ((2, 6, 2, 4), (2, 6, 2)), run_mixed_precision_check=False,
-            expected_num_trainable_weights=3, expected_num_non_trainable_weights=0,
+            {
+                "num_capsules": 2,
+                "capsule_dim": 4,
+                "kernel_size": 2,
+                "padding": "same",
+                "router": EM2,
+                "return_activations": True,
+            },
+            [x, a],
+            ((2, 6, 2, 4), (2, 6, 2)),
+            run_mixed_precision_check=False,
+            expected_num_trainable_weights=3,
+            expected_num_non_trainable_weights=0,
         )
 
     def test_plain_sequence_is_one_type(self):
@@ -130,7 +171,8 @@ class TestConvCapsule1D(LayerTestCase):
         typed.build(SEQUENCE[:, :, None].shape)
         typed.kernel.assign(to_numpy(layer.kernel).astype("float32"))
         np.testing.assert_allclose(
-            to_numpy(typed(SEQUENCE[:, :, None])), to_numpy(layer(SEQUENCE)), rtol=1e-6)
+            to_numpy(typed(SEQUENCE[:, :, None])), to_numpy(layer(SEQUENCE)), rtol=1e-6
+        )
 
     def test_kernel_larger_than_sequence(self):
         with pytest.raises(ValueError, match="kernel_size=\\(8,\\)"):
@@ -145,7 +187,9 @@ def test_exported():
 def test_default_routers_follow_the_layer_policy():
     from keras_capsules.layers import ClassMatrixCapsule, ConvCapsule2D, ConvMatrixCapsule
 
-    for layer in (ConvCapsule2D(2, 4, dtype="mixed_float16"),
-                  ConvMatrixCapsule(2, dtype="mixed_float16"),
-                  ClassMatrixCapsule(3, dtype="mixed_float16")):
+    for layer in (
+        ConvCapsule2D(2, 4, dtype="mixed_float16"),
+        ConvMatrixCapsule(2, dtype="mixed_float16"),
+        ClassMatrixCapsule(3, dtype="mixed_float16"),
+    ):
         assert layer.router.dtype_policy.name == "mixed_float16"

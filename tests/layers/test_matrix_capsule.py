@@ -23,21 +23,34 @@ EM2 = keras.saving.serialize_keras_object(EMRouting(iterations=2))
 class TestPrimaryMatrixCapsule(LayerTestCase):
     def test_weight_arguments(self):
         self.run_weight_arguments_test(
-            PrimaryMatrixCapsule, {"num_capsules": 2, "kernel_size": 2}, IMAGES,
-            {"kernel": ["pose_kernel", "activation_kernel"],
-             "bias": ["pose_bias", "activation_bias"]})
+            PrimaryMatrixCapsule,
+            {"num_capsules": 2, "kernel_size": 2},
+            IMAGES,
+            {
+                "kernel": ["pose_kernel", "activation_kernel"],
+                "bias": ["pose_bias", "activation_bias"],
+            },
+        )
 
     def test_layer(self):
-        self.run_layer_test(PrimaryMatrixCapsule, {"num_capsules": 3, "kernel_size": 2},
-                            IMAGES, ((2, 4, 4, 3, 16), (2, 4, 4, 3)),
-                            expected_num_trainable_weights=4, expected_num_non_trainable_weights=0)
+        self.run_layer_test(
+            PrimaryMatrixCapsule,
+            {"num_capsules": 3, "kernel_size": 2},
+            IMAGES,
+            ((2, 4, 4, 3, 16), (2, 4, 4, 3)),
+            expected_num_trainable_weights=4,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_layer_strided_as_slices_and_matmul(self):
         self.run_layer_test(
             PrimaryMatrixCapsule,
             {"num_capsules": 3, "kernel_size": 2, "strides": 2, "implementation": "matmul"},
-            IMAGES, ((2, 2, 2, 3, 16), (2, 2, 2, 3)),
-            expected_num_trainable_weights=4, expected_num_non_trainable_weights=0)
+            IMAGES,
+            ((2, 2, 2, 3, 16), (2, 2, 2, 3)),
+            expected_num_trainable_weights=4,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_strides_padding(self):
         poses, activations = PrimaryMatrixCapsule(2, 3, strides=2, padding="same")(IMAGES)
@@ -65,14 +78,21 @@ class TestPrimaryMatrixCapsule(LayerTestCase):
 class TestConvMatrixCapsule(LayerTestCase):
     def test_weight_arguments(self):
         self.run_weight_arguments_test(
-            ConvMatrixCapsule, {"num_capsules": 2, "kernel_size": 3, "router": EM2},
-            [POSES, GRID_ACTIVATIONS], {"kernel": ["kernel"]})
+            ConvMatrixCapsule,
+            {"num_capsules": 2, "kernel_size": 3, "router": EM2},
+            [POSES, GRID_ACTIVATIONS],
+            {"kernel": ["kernel"]},
+        )
 
     def test_layer(self):
         self.run_layer_test(
-            ConvMatrixCapsule, {"num_capsules": 3, "kernel_size": 3, "strides": 2, "router": EM2},
-            [POSES, GRID_ACTIVATIONS], ((2, 1, 1, 3, 16), (2, 1, 1, 3)),
-            expected_num_trainable_weights=3, expected_num_non_trainable_weights=0)
+            ConvMatrixCapsule,
+            {"num_capsules": 3, "kernel_size": 3, "strides": 2, "router": EM2},
+            [POSES, GRID_ACTIVATIONS],
+            ((2, 1, 1, 3, 16), (2, 1, 1, 3)),
+            expected_num_trainable_weights=3,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_votes_are_pose_times_transform(self):
         """A 1x1 kernel and one EM iteration: parent pose = activation-weighted
@@ -85,8 +105,9 @@ class TestConvMatrixCapsule(LayerTestCase):
         votes = np.matmul(POSES.reshape(2, 4, 4, 2, 1, 4, 4), w[0, 0][None, None, None])
         a = GRID_ACTIVATIONS[..., None, None, None]
         expected = (votes * a).sum(3) / (a.sum(3) + 1e-7)
-        np.testing.assert_allclose(to_numpy(poses), expected.reshape(2, 4, 4, 2, 16),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            to_numpy(poses), expected.reshape(2, 4, 4, 2, 16), rtol=1e-5, atol=1e-5
+        )
 
     def test_default_router_is_em(self):
         assert isinstance(ConvMatrixCapsule(2).router, EMRouting)
@@ -108,20 +129,31 @@ class TestConvMatrixCapsule(LayerTestCase):
 class TestClassMatrixCapsule(LayerTestCase):
     def test_weight_arguments(self):
         self.run_weight_arguments_test(
-            ClassMatrixCapsule, {"num_capsules": 2, "router": EM2},
-            [POSES, GRID_ACTIVATIONS], {"kernel": ["kernel"]})
+            ClassMatrixCapsule,
+            {"num_capsules": 2, "router": EM2},
+            [POSES, GRID_ACTIVATIONS],
+            {"kernel": ["kernel"]},
+        )
 
     def test_layer(self):
-        self.run_layer_test(ClassMatrixCapsule, {"num_capsules": 3, "router": EM2},
-                            [POSES, GRID_ACTIVATIONS], ((2, 3, 16), (2, 3)),
-                            expected_num_trainable_weights=3, expected_num_non_trainable_weights=0)
+        self.run_layer_test(
+            ClassMatrixCapsule,
+            {"num_capsules": 3, "router": EM2},
+            [POSES, GRID_ACTIVATIONS],
+            ((2, 3, 16), (2, 3)),
+            expected_num_trainable_weights=3,
+            expected_num_non_trainable_weights=0,
+        )
 
     @pytest.mark.parametrize("coordinate_addition", (True, False))
     def test_coordinate_addition(self, coordinate_addition):
         """Zero transforms: the votes are the scaled centres (or zero)."""
-        layer = ClassMatrixCapsule(2, router=EMRouting(iterations=1),
-                                   coordinate_addition=coordinate_addition,
-                                   kernel_initializer="zeros")
+        layer = ClassMatrixCapsule(
+            2,
+            router=EMRouting(iterations=1),
+            coordinate_addition=coordinate_addition,
+            kernel_initializer="zeros",
+        )
         poses = to_numpy(layer([POSES, GRID_ACTIVATIONS])[0])
         rows = (np.arange(4) + 0.5) / 4
         a = GRID_ACTIVATIONS

@@ -16,8 +16,11 @@ CAPSULES = RNG.normal(size=(2, 6, 8)).astype("float32")
 class TestOrthogonalCapsule(LayerTestCase):
     def test_weight_arguments_govern_the_householder_vectors(self):
         self.run_weight_arguments_test(
-            Capsule, {"num_capsules": 3, "capsule_dim": 4, "orthogonal": True}, CAPSULES,
-            {"kernel": ["householder"]})
+            Capsule,
+            {"num_capsules": 3, "capsule_dim": 4, "orthogonal": True},
+            CAPSULES,
+            {"kernel": ["householder"]},
+        )
 
     def test_householder_vectors_are_read_in_float32_under_mixed_precision(self):
         """Vectors too large for float16 (read as float16 they would be inf):
@@ -34,28 +37,43 @@ class TestOrthogonalCapsule(LayerTestCase):
 
     def test_layer(self):
         self.run_layer_test(
-            Capsule, {"num_capsules": 3, "capsule_dim": 4, "orthogonal": True},
-            CAPSULES[..., :5], (2, 3, 4),
-            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0,
+            Capsule,
+            {"num_capsules": 3, "capsule_dim": 4, "orthogonal": True},
+            CAPSULES[..., :5],
+            (2, 3, 4),
+            expected_num_trainable_weights=1,
+            expected_num_non_trainable_weights=0,
         )
 
     @pytest.mark.parametrize("in_dim, capsule_dim, share", ((5, 8, False), (8, 4, True)))
     def test_transforms_stay_orthonormal_while_training(self, in_dim, capsule_dim, share):
-        layer = Capsule(3, capsule_dim, orthogonal=True, share_weights=share,
-                        router=SparseAttentionRouting())
+        layer = Capsule(
+            3, capsule_dim, orthogonal=True, share_weights=share, router=SparseAttentionRouting()
+        )
         inputs = keras.Input((6, in_dim))
         model = keras.Model(inputs, layer(inputs))
         # XLA is covered by test_layer; here only the weights matter.
-        model.compile(keras.optimizers.Adam(0.1), "mse", jit_compile=jit_compile_for_backend(xla_on_tensorflow=False))
+        model.compile(
+            keras.optimizers.Adam(0.1),
+            "mse",
+            jit_compile=jit_compile_for_backend(xla_on_tensorflow=False),
+        )
         before = to_numpy(layer.transforms())
         x = RNG.normal(size=(8, 6, in_dim)).astype("float32")
-        model.fit(x, RNG.normal(size=(8, 3, capsule_dim)).astype("float32"),
-                  batch_size=4, epochs=2, verbose=0)
+        model.fit(
+            x,
+            RNG.normal(size=(8, 3, capsule_dim)).astype("float32"),
+            batch_size=4,
+            epochs=2,
+            verbose=0,
+        )
         w = to_numpy(layer.transforms())
         assert w.shape == ((3,) if share else (6, 3)) + (in_dim, capsule_dim)
         assert np.max(np.abs(w - before)) > 1e-3  # it did train
         gram = w @ np.swapaxes(w, -1, -2) if in_dim <= capsule_dim else np.swapaxes(w, -1, -2) @ w
-        np.testing.assert_allclose(gram, np.broadcast_to(np.eye(min(in_dim, capsule_dim)), gram.shape), atol=1e-5)
+        np.testing.assert_allclose(
+            gram, np.broadcast_to(np.eye(min(in_dim, capsule_dim)), gram.shape), atol=1e-5
+        )
 
     def test_householder_errors_and_dtype(self):
         with pytest.raises(ValueError, match="v.shape"):
@@ -71,18 +89,30 @@ class TestOrthogonalConvCapsule(LayerTestCase):
 
         grid = RNG.normal(size=(2, 4, 4, 2, 3)).astype("float32")
         self.run_weight_arguments_test(
-            ConvCapsule2D, {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 2,
-                            "orthogonal": True}, grid, {"kernel": ["householder"]})
+            ConvCapsule2D,
+            {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 2, "orthogonal": True},
+            grid,
+            {"kernel": ["householder"]},
+        )
 
     def test_layer(self):
         from keras_capsules.layers import ConvCapsule2D
 
         grid = RNG.normal(size=(2, 4, 4, 2, 3)).astype("float32")
         self.run_layer_test(
-            ConvCapsule2D, {"num_capsules": 2, "capsule_dim": 4, "kernel_size": 2,
-                            "strides": 2, "orthogonal": True},
-            grid, (2, 2, 2, 2, 4), run_mixed_precision_check=False,
-            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0,
+            ConvCapsule2D,
+            {
+                "num_capsules": 2,
+                "capsule_dim": 4,
+                "kernel_size": 2,
+                "strides": 2,
+                "orthogonal": True,
+            },
+            grid,
+            (2, 2, 2, 2, 4),
+            run_mixed_precision_check=False,
+            expected_num_trainable_weights=1,
+            expected_num_non_trainable_weights=0,
         )
 
     def test_transforms_stay_orthonormal_while_training(self):
@@ -91,10 +121,19 @@ class TestOrthogonalConvCapsule(LayerTestCase):
         layer = ConvCapsule1D(3, 4, kernel_size=3, orthogonal=True)
         inputs = keras.Input((6, 2, 5))
         model = keras.Model(inputs, layer(inputs))
-        model.compile(keras.optimizers.Adam(0.1), "mse", jit_compile=jit_compile_for_backend(xla_on_tensorflow=False))
+        model.compile(
+            keras.optimizers.Adam(0.1),
+            "mse",
+            jit_compile=jit_compile_for_backend(xla_on_tensorflow=False),
+        )
         before = to_numpy(layer.transforms())
-        model.fit(RNG.normal(size=(8, 6, 2, 5)).astype("float32"),
-                  RNG.normal(size=(8, 4, 3, 4)).astype("float32"), batch_size=4, epochs=2, verbose=0)
+        model.fit(
+            RNG.normal(size=(8, 6, 2, 5)).astype("float32"),
+            RNG.normal(size=(8, 4, 3, 4)).astype("float32"),
+            batch_size=4,
+            epochs=2,
+            verbose=0,
+        )
         w = to_numpy(layer.transforms())
         assert w.shape == (3, 2, 3, 5, 4)
         assert np.max(np.abs(w - before)) > 1e-3

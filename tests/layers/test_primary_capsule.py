@@ -13,14 +13,21 @@ IMAGES = np.random.default_rng(0).normal(size=(2, 9, 9, 3)).astype("float32")
 class TestPrimaryCapsule(LayerTestCase):
     def test_weight_arguments(self):
         self.run_weight_arguments_test(
-            PrimaryCapsule, {"num_capsules": 2, "capsule_dim": 3, "kernel_size": 3}, IMAGES,
-            {"kernel": ["kernel"], "bias": ["bias"]})
+            PrimaryCapsule,
+            {"num_capsules": 2, "capsule_dim": 3, "kernel_size": 3},
+            IMAGES,
+            {"kernel": ["kernel"], "bias": ["bias"]},
+        )
 
     def test_layer(self):
         self.run_layer_test(
-            PrimaryCapsule, {"num_capsules": 4, "capsule_dim": 5, "kernel_size": 3,
-                             "strides": 2}, IMAGES, (2, 4 * 4 * 4, 5),
-            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0)
+            PrimaryCapsule,
+            {"num_capsules": 4, "capsule_dim": 5, "kernel_size": 3, "strides": 2},
+            IMAGES,
+            (2, 4 * 4 * 4, 5),
+            expected_num_trainable_weights=2,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_same_padding_no_squash(self):
         layer = PrimaryCapsule(2, 3, 3, padding="same", squash=False)
@@ -40,9 +47,13 @@ class TestPrimaryCapsule(LayerTestCase):
 
     @pytest.mark.parametrize(
         "kwargs, message",
-        [({"num_capsules": 0}, "num_capsules=0"), ({"capsule_dim": -2}, "capsule_dim=-2"),
-         ({"kernel_size": (3, 0)}, "kernel_size"), ({"padding": "full"}, "padding='full'"),
-         ({"strides": 0}, "strides=0")],
+        [
+            ({"num_capsules": 0}, "num_capsules=0"),
+            ({"capsule_dim": -2}, "capsule_dim=-2"),
+            ({"kernel_size": (3, 0)}, "kernel_size"),
+            ({"padding": "full"}, "padding='full'"),
+            ({"strides": 0}, "strides=0"),
+        ],
     )
     def test_errors(self, kwargs, message):
         with pytest.raises(ValueError, match=message):

@@ -18,15 +18,25 @@ SHAPE = (12, 12, 3)
 
 def tiny_backbone(name="tiny_backbone"):
     """Conv + BatchNorm + ReLU, stride 2: (12, 12, 3) -> (5, 5, 6)."""
-    return keras.Sequential([
-        keras.Input(SHAPE), keras.layers.Conv2D(6, 3, strides=2),
-        keras.layers.BatchNormalization(), keras.layers.ReLU(),
-    ], name=name)
+    return keras.Sequential(
+        [
+            keras.Input(SHAPE),
+            keras.layers.Conv2D(6, 3, strides=2),
+            keras.layers.BatchNormalization(),
+            keras.layers.ReLU(),
+        ],
+        name=name,
+    )
 
 
 def tiny_model(**kwargs):
-    kwargs = {"primary_capsules": 2, "capsule_dim": 4, "class_capsule_dim": 4,
-              "decoder_units": (8,), **kwargs}
+    kwargs = {
+        "primary_capsules": 2,
+        "capsule_dim": 4,
+        "class_capsule_dim": 4,
+        "decoder_units": (8,),
+        **kwargs,
+    }
     return BackboneCapsNet(kwargs.pop("backbone", None) or tiny_backbone(), 3, **kwargs)
 
 
@@ -55,27 +65,36 @@ def test_fit_save_load_with_decoder():
     assert keras.saving.get_registered_name(BackboneCapsNet) == "keras_capsules>BackboneCapsNet"
     # 5 x 5 positions x 2 types; classes 3, dim 4.
     assert model.features.output_shape == (None, 50, 4)
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), metrics=["accuracy"],
-                  jit_compile=jit_compile_for_backend())
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        metrics=["accuracy"],
+        jit_compile=jit_compile_for_backend(),
+    )
     images, labels = batch()
     backbone_before = [w.copy() for w in model.backbone.get_weights()]
     losses = model.fit(images, labels, batch_size=4, epochs=3, verbose=0).history["loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
     # The backbone trains with the capsules.
-    assert any(np.abs(a - b).max() > 0
-               for a, b in zip(backbone_before, model.backbone.get_weights()))
+    assert any(
+        np.abs(a - b).max() > 0 for a, b in zip(backbone_before, model.backbone.get_weights())
+    )
     loaded = round_trip(model)
     assert type(loaded) is BackboneCapsNet and isinstance(loaded.backbone, keras.Sequential)
     assert as_json(loaded.get_config()) == as_json(model.get_config())
     assert as_json(BackboneCapsNet.from_config(model.get_config()).get_config()) == as_json(
-        model.get_config())
+        model.get_config()
+    )
     scores = keras.ops.convert_to_numpy(model(images))
     assert scores.shape == (8, 3)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(images)), scores,
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded(images)), scores, rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(loaded.reconstruct(images, labels)),
-        keras.ops.convert_to_numpy(model.reconstruct(images, labels)), rtol=1e-5, atol=1e-6)
+        keras.ops.convert_to_numpy(model.reconstruct(images, labels)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
@@ -93,15 +112,19 @@ def test_mixed_precision(policy):
     loaded = round_trip(model)
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(keras.ops.cast(loaded(images), "float32")),
-        keras.ops.convert_to_numpy(keras.ops.cast(model(images), "float32")), rtol=1e-3)
+        keras.ops.convert_to_numpy(keras.ops.cast(model(images), "float32")),
+        rtol=1e-3,
+    )
 
 
 @pytest.mark.parametrize("given_as", ["argument", "global"])
 def test_dtype_policy_survives_keras_round_trip(given_as):
     # The backbone keeps its own policy: made under the same one here.
     def build(**kwargs):
-        backbone = keras.Sequential([keras.Input(SHAPE), keras.layers.Conv2D(
-            6, 3, strides=2, dtype=kwargs.get("dtype"))], name="tiny_backbone")
+        backbone = keras.Sequential(
+            [keras.Input(SHAPE), keras.layers.Conv2D(6, 3, strides=2, dtype=kwargs.get("dtype"))],
+            name="tiny_backbone",
+        )
         return tiny_model(backbone=backbone, reconstruction=True, **kwargs)
 
     check_policy_round_trip(build, batch(n=2)[0], given_as)
@@ -110,15 +133,22 @@ def test_dtype_policy_survives_keras_round_trip(given_as):
 def test_layer_backbone_and_functional_use():
     # A bare layer (no input shape of its own) as backbone, and the model
     # used as a layer of a functional model with a None batch.
-    model = tiny_model(backbone=keras.layers.Conv2D(5, 3, strides=2, name="conv"),
-                       input_shape=SHAPE, router=kc.SelfAttentionRouting())
+    model = tiny_model(
+        backbone=keras.layers.Conv2D(5, 3, strides=2, name="conv"),
+        input_shape=SHAPE,
+        router=kc.SelfAttentionRouting(),
+    )
     inputs = keras.Input(SHAPE)
     outer = keras.Model(inputs, model(inputs))
     assert outer.output_shape == (None, 3)
     images, _ = batch(n=2)
     loaded = round_trip(outer)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(images)),
-                               keras.ops.convert_to_numpy(outer(images)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded(images)),
+        keras.ops.convert_to_numpy(outer(images)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_functional_backbone_with_unknown_image_size():
@@ -133,8 +163,12 @@ def test_functional_backbone_with_unknown_image_size():
     images, _ = batch(n=2)
     loaded = round_trip(model)
     assert loaded.backbone.name == "residual"
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(images)),
-                               keras.ops.convert_to_numpy(model(images)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded(images)),
+        keras.ops.convert_to_numpy(model(images)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_bad_arguments_raise_value_errors():
@@ -142,8 +176,9 @@ def test_bad_arguments_raise_value_errors():
         BackboneCapsNet("resnet50", 3)
     with pytest.raises(ValueError, match=r"input_shape=\(height"):
         BackboneCapsNet(keras.layers.Conv2D(4, 3), 3)
-    pooled = keras.Sequential([keras.Input(SHAPE), keras.layers.Conv2D(4, 3),
-                               keras.layers.GlobalAveragePooling2D()])
+    pooled = keras.Sequential(
+        [keras.Input(SHAPE), keras.layers.Conv2D(4, 3), keras.layers.GlobalAveragePooling2D()]
+    )
     with pytest.raises(ValueError, match="feature map"):
         BackboneCapsNet(pooled, 3)
     with pytest.raises(ValueError, match="primary_capsules"):
@@ -155,11 +190,18 @@ def test_bad_arguments_raise_value_errors():
 @pytest.mark.parametrize("reconstruction", [False, True])
 def test_summary_rows_are_built_and_add_up_to_the_total(reconstruction):
     model = tiny_model(reconstruction=reconstruction)
-    capsnet = kc.CapsNet((20, 20, 1), 3, conv_filters=4, primary_capsules=2, primary_dim=4,
-                         capsule_dim=4, decoder_units=(8,))
+    capsnet = kc.CapsNet(
+        (20, 20, 1),
+        3,
+        conv_filters=4,
+        primary_capsules=2,
+        primary_dim=4,
+        capsule_dim=4,
+        decoder_units=(8,),
+    )
     for m in (model, capsnet):
         assert all(layer.built for layer in m.layers)
         assert sum(layer.count_params() for layer in m.layers) == m.count_params()
         lines = []
-        m.summary(print_fn=lambda line, **kwargs: lines.append(line))
+        m.summary(print_fn=lambda line, lines=lines, **kwargs: lines.append(line))
         assert "unbuilt" not in "\n".join(lines)

@@ -10,18 +10,17 @@ import numpy as np
 import pytest
 
 import keras_capsules as kc
-from keras_capsules.models import CapsNet, EfficientCapsNet
-from keras_capsules.models import CapsuleClassifier
+from keras_capsules.models import CapsNet, CapsuleClassifier, EfficientCapsNet
 from tests.reference import attention as ref
 from tests.reference.dynamic import capsule_votes, dynamic_routing
-from tests.test_case import BACKEND, jit_compile_for_backend
-from tests.test_case import to_numpy
+from tests.test_case import BACKEND, jit_compile_for_backend, to_numpy
 
 
 def tiny_capsnet(**kwargs):
     kwargs = {"decoder_units": (8,), **kwargs}
-    return CapsNet((20, 20, 1), 3, conv_filters=8, primary_capsules=2, primary_dim=4,
-                   capsule_dim=4, **kwargs)
+    return CapsNet(
+        (20, 20, 1), 3, conv_filters=8, primary_capsules=2, primary_dim=4, capsule_dim=4, **kwargs
+    )
 
 
 def tiny_efficient(**kwargs):
@@ -64,8 +63,9 @@ def check_policy_round_trip(build, images, given_as, policy="mixed_float16"):
         assert all(w.dtype == "float32" for w in m.weights)
         assert keras.backend.standardize_dtype(m(images).dtype) == "float16"
     # A backbone's config is Keras's own (its input layer renamed on load).
-    configs = [{k: v for k, v in m.get_config().items() if k != "backbone"}
-               for m in (loaded, model)]
+    configs = [
+        {k: v for k, v in m.get_config().items() if k != "backbone"} for m in (loaded, model)
+    ]
     assert configs[0] == configs[1]
     np.testing.assert_allclose(to_numpy(loaded(images)), expected, rtol=1e-3, atol=1e-3)
 
@@ -90,20 +90,28 @@ def test_loss_is_margin_plus_weighted_reconstruction():
     images, labels = batch(model.image_shape)
     one_hot = np.eye(3, dtype="float32")[labels]
     # Integer and one-hot labels give the same loss.
-    losses = [model.evaluate(images, y, batch_size=8, verbose=0,
-                             return_dict=True)["loss"] for y in (labels, one_hot)]
+    losses = [
+        model.evaluate(images, y, batch_size=8, verbose=0, return_dict=True)["loss"]
+        for y in (labels, one_hot)
+    ]
     np.testing.assert_allclose(losses, [expected_loss(model, images, labels)] * 2, rtol=1e-4)
     assert not hasattr(tiny_capsnet(reconstruction=False), "decoder")
 
 
-@pytest.mark.parametrize("build,router", [
-    (tiny_capsnet, kc.SelfAttentionRouting(temperature=2.0)),
-    (tiny_efficient, None),
-])
+@pytest.mark.parametrize(
+    "build,router",
+    [
+        (tiny_capsnet, kc.SelfAttentionRouting(temperature=2.0)),
+        (tiny_efficient, None),
+    ],
+)
 def test_fit_from_image_label_pairs_then_keras_round_trip(build, router):
     model = build(router=router)
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), metrics=["accuracy"],
-                  jit_compile=jit_compile_for_backend())
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        metrics=["accuracy"],
+        jit_compile=jit_compile_for_backend(),
+    )
     images, labels = batch(model.image_shape)
     decoder_before = [w.copy() for w in model.decoder.get_weights()]
     losses = model.fit(images, labels, batch_size=4, epochs=3, verbose=0).history["loss"]
@@ -121,7 +129,10 @@ def test_fit_from_image_label_pairs_then_keras_round_trip(build, router):
     np.testing.assert_allclose(loaded.predict(images, verbose=0), scores, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(loaded.reconstruct(images, labels)),
-        keras.ops.convert_to_numpy(model.reconstruct(images, labels)), rtol=1e-5, atol=1e-6)
+        keras.ops.convert_to_numpy(model.reconstruct(images, labels)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_reconstruct_masks_by_label_or_longest_capsule():
@@ -133,8 +144,11 @@ def test_reconstruct_masks_by_label_or_longest_capsule():
         masked = poses * np.eye(3)[chosen][..., None]
         expected = keras.ops.convert_to_numpy(model.decode(masked))
         np.testing.assert_allclose(
-            keras.ops.convert_to_numpy(model.reconstruct(images, given)), expected,
-            rtol=1e-5, atol=1e-6)
+            keras.ops.convert_to_numpy(model.reconstruct(images, given)),
+            expected,
+            rtol=1e-5,
+            atol=1e-6,
+        )
 
 
 def test_routing_coefficients_are_a_distribution_over_classes():
@@ -173,8 +187,9 @@ def check_compile_auto_and_xla_hint(model, conv_layer):
     from keras_capsules.conv import resolve_implementation
 
     def resolved():
-        return resolve_implementation(conv_layer.implementation, conv_layer.strides,
-                                      xla=conv_layer.xla)
+        return resolve_implementation(
+            conv_layer.implementation, conv_layer.strides, xla=conv_layer.xla
+        )
 
     keras_auto = keras_auto_jit_compile()
     model.compile(optimizer="adam")
@@ -209,8 +224,14 @@ def expected_loss(model, images, labels):
     """Margin loss of the scores + weight * MSE of the label-masked reconstruction."""
     one_hot = np.eye(model.num_classes, dtype="float32")[labels]
     scores = keras.ops.convert_to_numpy(model(images))
-    margin = (one_hot * np.maximum(0.9 - scores, 0) ** 2
-              + 0.5 * (1 - one_hot) * np.maximum(scores - 0.1, 0) ** 2).sum(-1).mean()
+    margin = (
+        (
+            one_hot * np.maximum(0.9 - scores, 0) ** 2
+            + 0.5 * (1 - one_hot) * np.maximum(scores - 0.1, 0) ** 2
+        )
+        .sum(-1)
+        .mean()
+    )
     decoded = keras.ops.convert_to_numpy(model.reconstruct(images, labels))
     return margin + model.reconstruction_weight * ((decoded - images) ** 2).mean()
 
@@ -223,10 +244,12 @@ def test_compute_loss_uses_the_poses_of_its_own_images(other_batch):
     model = tiny_capsnet()
     # Poses of norm ~1 (not ~1e-7) and a decoder that they move: then
     # other poses change the loss by ~5%.
-    for variable, scale in ((model.features.get_layer("primary").kernel, 10.0),
-                            (model.digit_capsules.kernel, 300.0),
-                            (model.decoder.layers[0].kernel, 10.0),
-                            (model.decoder.layers[1].kernel, 10.0)):
+    for variable, scale in (
+        (model.features.get_layer("primary").kernel, 10.0),
+        (model.digit_capsules.kernel, 300.0),
+        (model.decoder.layers[0].kernel, 10.0),
+        (model.decoder.layers[1].kernel, 10.0),
+    ):
         variable.assign(variable * scale)
     model.compile(optimizer="adam")
     xb, yb = batch(model.image_shape, n=8)
@@ -234,8 +257,9 @@ def test_compute_loss_uses_the_poses_of_its_own_images(other_batch):
     y_pred = model(xb)
     model.predict(xa, verbose=0)
     loss = model.compute_loss(xb, yb, y_pred)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(loss),
-                               expected_loss(model, xb, yb), rtol=1e-5)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loss), expected_loss(model, xb, yb), rtol=1e-5
+    )
     # Without the images the poses cannot be recomputed: a clear error.
     with pytest.raises(ValueError, match="Received: x=None"):
         model.compute_loss(None, yb, y_pred)
@@ -250,19 +274,33 @@ def test_return_poses_gives_custom_loops_the_poses_of_the_forward_pass():
         assert model.returns_poses
         scores, poses = model(x, training=False)
     assert not model.returns_poses
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x, return_poses=True)[1]),
-                               keras.ops.convert_to_numpy(poses), rtol=1e-6)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model(x, return_poses=True)[1]),
+        keras.ops.convert_to_numpy(poses),
+        rtol=1e-6,
+    )
     assert tuple(poses.shape) == (8, model.num_classes, 4)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(scores),
-                               keras.ops.convert_to_numpy(model(x)), rtol=1e-6)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(model.compute_loss(x, y, (scores, poses))),
-                               expected_loss(model, x, y), rtol=1e-5)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(scores), keras.ops.convert_to_numpy(model(x)), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model.compute_loss(x, y, (scores, poses))),
+        expected_loss(model, x, y),
+        rtol=1e-5,
+    )
 
 
 def test_digit_capsules_layer_is_named_as_the_attribute():
     models = [
-        kc.CapsNet((20, 20, 1), 3, conv_filters=4, primary_capsules=2, primary_dim=4,
-                   capsule_dim=4, decoder_units=(8,)),
+        kc.CapsNet(
+            (20, 20, 1),
+            3,
+            conv_filters=4,
+            primary_capsules=2,
+            primary_dim=4,
+            capsule_dim=4,
+            decoder_units=(8,),
+        ),
         kc.EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,)),
     ]
     for model in models:
@@ -287,7 +325,8 @@ def test_routing_coefficients_of_orthogonal_capsules():
     images = np.random.default_rng(1).uniform(size=(2, 12, 12, 1)).astype("float32")
     children = to_numpy(model.features(images)).astype("float64")
     transforms = ref.householder_orthogonal(
-        to_numpy(model.digit_capsules.householder).astype("float64"), 4, 6)
+        to_numpy(model.digit_capsules.householder).astype("float64"), 4, 6
+    )
     expected = dynamic_routing(capsule_votes(children, transforms))[2]
     c = to_numpy(model.routing_coefficients(images))
     assert c.shape == (2, 4 * 4 * 2, 3)

@@ -20,8 +20,15 @@ def test_dtype_policy_survives_keras_round_trip(given_as):
 
 
 def test_sizes_are_checked_and_plain_ints():
-    model = CapsNet((20, 20, 1), 3, conv_filters=np.int64(8), primary_capsules=2,
-                    primary_dim=4, capsule_dim=4, decoder_units=(8,))
+    model = CapsNet(
+        (20, 20, 1),
+        3,
+        conv_filters=np.int64(8),
+        primary_capsules=2,
+        primary_dim=4,
+        capsule_dim=4,
+        decoder_units=(8,),
+    )
     assert type(model.get_config()["conv_filters"]) is int
     with pytest.raises(ValueError, match="primary_dim=0"):
         CapsNet(primary_dim=0)

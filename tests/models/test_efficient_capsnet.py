@@ -39,21 +39,30 @@ FEATURES = np.random.default_rng(0).normal(size=(2, 3, 3, 8)).astype("float32")
 
 class TestDepthwisePrimaryCapsule(LayerTestCase):
     def test_layer(self):
-        self.run_layer_test(DepthwisePrimaryCapsule, {"num_capsules": 4, "capsule_dim": 2},
-                            FEATURES, (2, 4, 2), expected_num_trainable_weights=2,
-                            expected_num_non_trainable_weights=0)
+        self.run_layer_test(
+            DepthwisePrimaryCapsule,
+            {"num_capsules": 4, "capsule_dim": 2},
+            FEATURES,
+            (2, 4, 2),
+            expected_num_trainable_weights=2,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_values(self):
         layer = DepthwisePrimaryCapsule(4, 2, bias_initializer="ones")
         y = to_numpy(layer(FEATURES))
         s = (FEATURES * to_numpy(layer.kernel)).sum((1, 2)).reshape(2, 4, 2) + 1.0
-        n = np.sqrt((s ** 2).sum(-1, keepdims=True) + 1e-7)
+        n = np.sqrt((s**2).sum(-1, keepdims=True) + 1e-7)
         np.testing.assert_allclose(y, (1 - np.exp(-n)) * s / n, rtol=1e-5, atol=1e-6)
 
     def test_regularizers_and_constraints(self):
         layer = DepthwisePrimaryCapsule(
-            4, 2, kernel_regularizer=keras.regularizers.L2(0.1), bias_regularizer="l1",
-            kernel_constraint=keras.constraints.NonNeg(), bias_constraint="non_neg",
+            4,
+            2,
+            kernel_regularizer=keras.regularizers.L2(0.1),
+            bias_regularizer="l1",
+            kernel_constraint=keras.constraints.NonNeg(),
+            bias_constraint="non_neg",
         )
         layer(FEATURES)
         assert len(layer.losses) == 2
@@ -67,6 +76,9 @@ class TestDepthwisePrimaryCapsule(LayerTestCase):
         # Defaults: what the layer did before these arguments existed.
         config = DepthwisePrimaryCapsule(4, 2).get_config()
         assert config["kernel_regularizer"] is None and config["bias_constraint"] is None
-        old = {k: v for k, v in config.items() if "regularizer" not in k
-               and "constraint" not in k and k != "bias_initializer"}
+        old = {
+            k: v
+            for k, v in config.items()
+            if "regularizer" not in k and "constraint" not in k and k != "bias_initializer"
+        }
         assert DepthwisePrimaryCapsule.from_config(old).get_config() == config

@@ -14,8 +14,7 @@ from tests.models.test_base import check_compile_auto_and_xla_hint, check_policy
 from tests.test_case import jit_compile_for_backend
 
 # One EM iteration keeps XLA compilation short; the layer tests route with 2.
-TINY = dict(conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2,
-            iterations=1)
+TINY = dict(conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1)
 # XLA on TF costs minutes of compilation even for the tiny net; the margin
 # inside XLA steps on TF is tested in tests/test_callbacks.py, the layers'
 # XLA train steps in tests/layers/test_matrix_capsule.py. JAX compiles
@@ -52,8 +51,7 @@ def test_fit_with_margin_schedule_then_keras_round_trip():
     model.compile(optimizer=keras.optimizers.Adam(1e-2), metrics=["accuracy"], jit_compile=JIT)
     scheduler = kc.callbacks.SpreadLossMarginScheduler(model.spread_loss, 0.2, 0.9, steps=2)
     before = [w.copy() for w in model.get_weights()]
-    history = model.fit(images, labels, batch_size=4, epochs=1, verbose=0,
-                        callbacks=[scheduler])
+    history = model.fit(images, labels, batch_size=4, epochs=1, verbose=0, callbacks=[scheduler])
     assert np.isfinite(history.history["loss"][0])
     assert history.history["margin"][0] == pytest.approx(0.55)  # step 1 of the ramp
     after = model.get_weights()
@@ -64,8 +62,9 @@ def test_fit_with_margin_schedule_then_keras_round_trip():
     assert activations.shape == (8, 5) and np.all((activations >= 0) & (activations <= 1))
     # Without a compiled loss: the model's spread loss, at the schedule's margin.
     loss = model.compute_loss(images, labels, keras.ops.convert_to_tensor(activations))
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(loss),
-                               spread_loss(labels, activations, 0.55), rtol=1e-5)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loss), spread_loss(labels, activations, 0.55), rtol=1e-5
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.keras")
@@ -81,8 +80,10 @@ def test_fit_with_margin_schedule_then_keras_round_trip():
 
 def test_compiled_loss_gets_one_hot_labels_and_router_swaps_everywhere():
     model = MatrixCapsNet(**TINY, router=kc.routing.SelfRouting())
-    routers = [model.network.get_layer(name).router
-               for name in ("conv_capsules1", "conv_capsules2", "class_capsules")]
+    routers = [
+        model.network.get_layer(name).router
+        for name in ("conv_capsules1", "conv_capsules2", "class_capsules")
+    ]
     assert all(type(r) is kc.routing.SelfRouting for r in routers)
     assert len({id(r) for r in routers}) == 3
     restored = MatrixCapsNet.from_config(model.get_config())
@@ -94,8 +95,9 @@ def test_compiled_loss_gets_one_hot_labels_and_router_swaps_everywhere():
     labels = rng.integers(0, 5, size=6)
     for y in (labels, np.eye(5, dtype="float32")[labels]):  # ids or one-hot
         loss = model.compute_loss(None, y, keras.ops.convert_to_tensor(activations))
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(loss),
-                                   spread_loss(labels, activations, 0.5), rtol=1e-5)
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(loss), spread_loss(labels, activations, 0.5), rtol=1e-5
+        )
 
 
 def test_compile_auto_uses_xla_on_tensorflow_cpu_and_tells_the_layers():

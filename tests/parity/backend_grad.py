@@ -10,7 +10,9 @@ def to_tensors(arrays, dtype="float32"):
     """{name: array} -> {name: tensor}; integer arrays become int32."""
     return {
         k: keras.ops.convert_to_tensor(
-            np.asarray(v).astype(np.int32 if np.issubdtype(np.asarray(v).dtype, np.integer) else dtype)
+            np.asarray(v).astype(
+                np.int32 if np.issubdtype(np.asarray(v).dtype, np.integer) else dtype
+            )
         )
         for k, v in arrays.items()
     }

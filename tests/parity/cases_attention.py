@@ -14,9 +14,7 @@ for _temperature in (0.5, 1.0):
         Case(
             name=f"self-attention-t{_temperature}",
             inputs=_votes_and_priors,
-            build=lambda t=_temperature: keras_capsules.routing.SelfAttentionRouting(
-                temperature=t
-            ),
+            build=lambda t=_temperature: keras_capsules.routing.SelfAttentionRouting(temperature=t),
             reference=lambda a, t=_temperature: list(
                 ref.self_attention_routing(a["votes"], a["priors"], t)
             ),
@@ -177,9 +175,7 @@ for _with_activations in (False, True):
                 )
             ),
             forward=lambda layer, t: list(
-                stateless(
-                    layer, t, t["votes"], t.get("activations"), return_coefficients=True
-                )
+                stateless(layer, t, t["votes"], t.get("activations"), return_coefficients=True)
             ),
             diff=("votes", "routing_kernel", "routing_bias")
             + (("activations",) if _with_activations else ()),
@@ -270,10 +266,11 @@ register(
 )
 
 for _rows, _cols in ((2, 4), (4, 3)):
+    _n = max(_rows, _cols)
     register(
         Case(
             name=f"op-householder-{_rows}x{_cols}",
-            inputs=lambda rng, n=max(_rows, _cols): {"v": rng.normal(size=(3, n, n))},
+            inputs=lambda rng, n=_n: {"v": rng.normal(size=(3, n, n))},
             reference=lambda a, r=_rows, c=_cols: [ref.householder_orthogonal(a["v"], r, c)],
             forward=lambda layer, t, r=_rows, c=_cols: [
                 kc_ops.householder_orthogonal(t["v"], r, c)
@@ -307,8 +304,10 @@ for _share in (False, True):
 
 
 def _orthogonal_conv_inputs(rng):
-    return {"poses": rng.normal(size=(2, 4, 4, 2, 3)),
-            "householder": rng.normal(size=(2, 2, 2, 2, 4, 4))}
+    return {
+        "poses": rng.normal(size=(2, 4, 4, 2, 3)),
+        "householder": rng.normal(size=(2, 2, 2, 2, 4, 4)),
+    }
 
 
 register(
@@ -316,8 +315,13 @@ register(
         name="orthogonal-conv-capsule-2d",
         inputs=_orthogonal_conv_inputs,
         build=lambda: keras_capsules.layers.ConvCapsule2D(
-            2, 4, kernel_size=2, strides=2, orthogonal=True,
-            router=keras_capsules.routing.DynamicRouting(iterations=2)),
+            2,
+            4,
+            kernel_size=2,
+            strides=2,
+            orthogonal=True,
+            router=keras_capsules.routing.DynamicRouting(iterations=2),
+        ),
         reference=lambda a: [ref_conv_capsule_orthogonal(a)],
         forward=lambda layer, t: [stateless(layer, t, t["poses"])],
         diff=("poses", "householder"),
@@ -330,5 +334,6 @@ def ref_conv_capsule_orthogonal(a):
     from tests.reference.dynamic import dynamic_routing
 
     w = ref.householder_orthogonal(a["householder"], 3, 4)
-    return conv_capsule(a["poses"], w, (2, 2), (2, 2), "valid",
-                        lambda v, act: dynamic_routing(v, iterations=2))[0]
+    return conv_capsule(
+        a["poses"], w, (2, 2), (2, 2), "valid", lambda v, act: dynamic_routing(v, iterations=2)
+    )[0]

@@ -47,9 +47,7 @@ for _agreement, _iterations, _temperature, _stop in itertools.product(
             build=lambda kw=_kwargs, s=_stop: keras_capsules.routing.DynamicRouting(
                 stop_gradient=s, **kw
             ),
-            reference=lambda a, kw=_kwargs: list(
-                ref_dynamic.dynamic_routing(a["votes"], **kw)
-            ),
+            reference=lambda a, kw=_kwargs: list(ref_dynamic.dynamic_routing(a["votes"], **kw)),
             forward=lambda layer, t: list(layer(t["votes"], return_coefficients=True)),
             grad_reference=lambda a, a0, kw=_kwargs, s=_stop: list(
                 ref_dynamic.dynamic_routing(
@@ -81,9 +79,7 @@ for _share in (False, True):
                 3, 5, share_weights=s, return_activations=True
             ),
             reference=lambda a: list(
-                ref_dynamic.dynamic_routing(
-                    ref_dynamic.capsule_votes(a["poses"], a["kernel"])
-                )[:2]
+                ref_dynamic.dynamic_routing(ref_dynamic.capsule_votes(a["poses"], a["kernel"]))[:2]
             ),
             forward=lambda layer, t: list(stateless(layer, t, t["poses"])),
             diff=("poses", "kernel"),
@@ -100,7 +96,8 @@ def _primary_inputs(rng):
 
 
 for _impl, _padding, _strides in itertools.product(
-    ("conv", "matmul", "hybrid", "space_to_depth"), ("valid", "same"),
+    ("conv", "matmul", "hybrid", "space_to_depth"),
+    ("valid", "same"),
     ((1, 1), (2, 2), (2, 1)),
 ):
     _kwargs = dict(strides=_strides, padding=_padding)

@@ -78,8 +78,8 @@ def _conv_inputs(grid, types, dim, kernel_size, n_out, out_dim, em):
 
 def _reference_router(em):
     if em:
-        return lambda a: lambda votes, act: ref_em.em_routing(
-            votes, act, a["beta_u"], a["beta_a"], iterations=2
+        return lambda a: (
+            lambda votes, act: ref_em.em_routing(votes, act, a["beta_u"], a["beta_a"], iterations=2)
         )
     return lambda a: lambda votes, act: ref_dynamic.dynamic_routing(votes)
 
@@ -88,7 +88,9 @@ def _register_conv(name, rank, grid, kernel_size, strides, padding, em, plain=Fa
     types, dim, n_out, out_dim = 2, 3, 2, 3
     if plain:
         types = 1
-    layer_cls = keras_capsules.layers.ConvCapsule1D if rank == 1 else keras_capsules.layers.ConvCapsule2D
+    layer_cls = (
+        keras_capsules.layers.ConvCapsule1D if rank == 1 else keras_capsules.layers.ConvCapsule2D
+    )
     make_inputs = _conv_inputs(grid, types, dim, kernel_size, n_out, out_dim, em)
     router = _reference_router(em)
 
@@ -100,8 +102,11 @@ def _register_conv(name, rank, grid, kernel_size, strides, padding, em, plain=Fa
 
     def reference(a):
         poses = a["poses"][:, :, None] if plain else a["poses"]
-        return list(ref_conv.conv_capsule(
-            poses, a["kernel"], kernel_size, strides, padding, router(a), a.get("activations")))
+        return list(
+            ref_conv.conv_capsule(
+                poses, a["kernel"], kernel_size, strides, padding, router(a), a.get("activations")
+            )
+        )
 
     def forward(layer, t):
         x = [t["poses"], t["activations"]] if em else t["poses"]
@@ -112,7 +117,11 @@ def _register_conv(name, rank, grid, kernel_size, strides, padding, em, plain=Fa
             name=f"conv-capsule-{name}",
             inputs=inputs,
             build=lambda: layer_cls(
-                n_out, out_dim, kernel_size, strides=strides, padding=padding,
+                n_out,
+                out_dim,
+                kernel_size,
+                strides=strides,
+                padding=padding,
                 router=keras_capsules.routing.EMRouting(iterations=2) if em else None,
                 return_activations=True,
             ),
@@ -159,9 +168,7 @@ def _matrix_forward(layer, t):
     return list(stateless(layer, t, [t["poses"], t["activations"]]))
 
 
-for _kernel, _strides, _padding, _iterations in (
-    (2, 1, "valid", 3), (3, 2, "same", 2)
-):
+for _kernel, _strides, _padding, _iterations in ((2, 1, "valid", 3), (3, 2, "same", 2)):
     _k = (_kernel, _kernel)
     register(
         Case(
@@ -169,7 +176,10 @@ for _kernel, _strides, _padding, _iterations in (
             inputs=_matrix_grid_inputs((3, 3), 2, (*_k, 2, 2, 4, 4), 2),
             build=lambda k=_kernel, s=_strides, p=_padding, it=_iterations: (
                 keras_capsules.layers.ConvMatrixCapsule(
-                    2, k, strides=s, padding=p,
+                    2,
+                    k,
+                    strides=s,
+                    padding=p,
                     router=keras_capsules.routing.EMRouting(iterations=it),
                 )
             ),
@@ -203,6 +213,7 @@ for _coordinates in (True, False):
         )
     )
 
+
 def _primary_matrix_inputs(size, kernel):
     def inputs(rng):
         return {
@@ -227,8 +238,12 @@ def _register_primary_matrix(name, size, kernel, **kwargs):
             ),
             reference=lambda a: list(
                 ref_matrix.primary_matrix_capsule(
-                    a["images"], a["pose_kernel"], a["pose_bias"],
-                    a["activation_kernel"], a["activation_bias"], **conv_args,
+                    a["images"],
+                    a["pose_kernel"],
+                    a["pose_bias"],
+                    a["activation_kernel"],
+                    a["activation_bias"],
+                    **conv_args,
                 )
             ),
             forward=lambda layer, t: list(stateless(layer, t, t["images"])),
@@ -243,6 +258,10 @@ _register_primary_matrix("k2", 3, 2)
 for _impl in ("conv", "matmul", "hybrid", "space_to_depth"):
     for _padding in ("valid", "same"):
         _register_primary_matrix(
-            f"{_impl}-k3-s2-{_padding}", 5, 3,
-            strides=(2, 2), padding=_padding, implementation=_impl,
+            f"{_impl}-k3-s2-{_padding}",
+            5,
+            3,
+            strides=(2, 2),
+            padding=_padding,
+            implementation=_impl,
         )

@@ -20,7 +20,7 @@ import dataclasses
 import importlib
 import pathlib
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -87,8 +87,9 @@ def stateless(layer, tensors, *args, **kwargs):
         names = [v.name for v in group]
         missing = [n for n in names if n not in tensors]
         if missing or len(set(names)) != len(names):
-            raise KeyError(f"{layer.name}: give each weight once by name; have "
-                           f"{sorted(tensors)}, need {names}")
+            raise KeyError(
+                f"{layer.name}: give each weight once by name; have {sorted(tensors)}, need {names}"
+            )
         values.append([tensors[n] for n in names])
     outputs, _ = layer.stateless_call(values[0], values[1], *args, **kwargs)
     return outputs

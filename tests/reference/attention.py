@@ -95,8 +95,9 @@ def self_routing(votes, weights, bias, activations=None):
     return poses, out_activations, r
 
 
-def capsule_attention(x, query_kernel, key_kernel, num_heads, top_k=None,
-                      window_size=None, squash_output=False):
+def capsule_attention(
+    x, query_kernel, key_kernel, num_heads, top_k=None, window_size=None, squash_output=False
+):
     """Multi-head self-attention among capsules; returns (outputs, scores)."""
     batch, n, dim = x.shape
     head = dim // num_heads

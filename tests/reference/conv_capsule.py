@@ -50,5 +50,7 @@ def conv_capsule(poses, kernel, kernel_size, strides, padding, route, activation
     if activations is not None:
         a = windows(activations, kernel_size, strides, padding).reshape(-1, k * types)
     parent_poses, parent_activations = route(votes, a)[:2]
-    return (parent_poses.reshape(batch, *out, n_out, out_dim),
-            parent_activations.reshape(batch, *out, n_out))
+    return (
+        parent_poses.reshape(batch, *out, n_out, out_dim),
+        parent_activations.reshape(batch, *out, n_out),
+    )

@@ -17,8 +17,16 @@ def inverse_temperatures(iterations, final_lambda=1.0, inverse_temperature=None)
     return list(inverse_temperature)
 
 
-def em_routing(votes, activations=None, beta_u=None, beta_a=None, iterations=3,
-               final_lambda=1.0, inverse_temperature=None, epsilon=1e-4):
+def em_routing(
+    votes,
+    activations=None,
+    beta_u=None,
+    beta_a=None,
+    iterations=3,
+    final_lambda=1.0,
+    inverse_temperature=None,
+    epsilon=1e-4,
+):
     """Returns (poses, activations, coefficients), as in issue 3's pseudo-code."""
     batch, n_in, n_out, _ = votes.shape
     a_in = np.ones((batch, n_in)) if activations is None else activations
@@ -36,7 +44,9 @@ def em_routing(votes, activations=None, beta_u=None, beta_a=None, iterations=3,
         a_out = sigmoid(lambdas[t] * (beta_a - cost.sum(axis=-1)))
         coefficients = r
         if t < iterations - 1:
-            log_p = (-np.sum((votes - mu[:, None]) ** 2 / (2 * var[:, None]), axis=-1)
-                     - 0.5 * np.sum(np.log(2 * np.pi * var), axis=-1)[:, None])
+            log_p = (
+                -np.sum((votes - mu[:, None]) ** 2 / (2 * var[:, None]), axis=-1)
+                - 0.5 * np.sum(np.log(2 * np.pi * var), axis=-1)[:, None]
+            )
             r = softmax(np.log(a_out)[:, None] + log_p, axis=2)
     return mu, a_out, coefficients

@@ -28,8 +28,10 @@ def conv_matrix_capsule(poses, activations, kernel, kernel_size, strides, paddin
         votes[..., j, :] = matrix_votes(w, kernel[:, :, j])
     votes = votes.reshape(-1, k * types, n_out, 16)
     parent_poses, parent_activations = route(votes, a.reshape(-1, k * types))[:2]
-    return (parent_poses.reshape(batch, oh, ow, n_out, 16),
-            parent_activations.reshape(batch, oh, ow, n_out))
+    return (
+        parent_poses.reshape(batch, oh, ow, n_out, 16),
+        parent_activations.reshape(batch, oh, ow, n_out),
+    )
 
 
 def class_matrix_capsule(poses, activations, kernel, route, coordinate_addition=True):
@@ -48,8 +50,9 @@ def class_matrix_capsule(poses, activations, kernel, route, coordinate_addition=
     return route(votes, activations.reshape(batch, -1))[:2]
 
 
-def primary_matrix_capsule(images, pose_kernel, pose_bias, act_kernel, act_bias,
-                           strides=(1, 1), padding="valid"):
+def primary_matrix_capsule(
+    images, pose_kernel, pose_bias, act_kernel, act_bias, strides=(1, 1), padding="valid"
+):
     """Pose and activation convolutions (loops over positions), regrouped."""
     n = act_kernel.shape[-1]
     poses = conv2d(images, pose_kernel, strides, padding) + pose_bias

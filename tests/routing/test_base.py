@@ -38,8 +38,7 @@ def _remat_model(name, remat):
     router = routing.get({"class_name": name, "config": {"remat": remat}})
     poses = keras.Input((CHILDREN, IN_DIM), batch_size=BATCH)
     activations = keras.Input((CHILDREN,), batch_size=BATCH)
-    outputs = Capsule(CLASSES, DIM, router=router, return_activations=True)(
-        [poses, activations])
+    outputs = Capsule(CLASSES, DIM, router=router, return_activations=True)([poses, activations])
     return keras.Model([poses, activations], list(outputs))
 
 
@@ -64,7 +63,8 @@ def _outputs_and_grads(model, inputs, jit):
 
         grad = jax.value_and_grad(f, argnums=(0, 1), has_aux=True)
         (_, outputs), (g_vars, g_inputs) = (jax.jit(grad) if jit else grad)(
-            [v.value for v in variables], inputs)
+            [v.value for v in variables], inputs
+        )
         return [*outputs, *g_inputs, *g_vars]
     if BACKEND == "tensorflow":
         import tensorflow as tf
@@ -76,7 +76,10 @@ def _outputs_and_grads(model, inputs, jit):
                 loss = loss_of(outputs)
             sources = [*x, *[v.value for v in variables]]
             grads = tape.gradient(loss, sources)
-            return [*outputs, *(tf.zeros_like(s) if g is None else g for s, g in zip(sources, grads))]
+            return [
+                *outputs,
+                *(tf.zeros_like(s) if g is None else g for s, g in zip(sources, grads)),
+            ]
 
         return (tf.function(f, jit_compile=True) if jit else f)(inputs)
     import torch
@@ -129,6 +132,11 @@ class TestRematRouter(LayerTestCase):
     def test_layer(self):
         # Save/load, a jit-compiled train step and mixed precision, with remat.
         votes = np.random.default_rng(0).normal(size=(2, 6, 3, 16)).astype("float32")
-        self.run_layer_test(EMRouting, {"iterations": 2, "remat": True}, votes,
-                            ((2, 3, 16), (2, 3)), expected_num_trainable_weights=2,
-                            expected_num_non_trainable_weights=0)
+        self.run_layer_test(
+            EMRouting,
+            {"iterations": 2, "remat": True},
+            votes,
+            ((2, 3, 16), (2, 3)),
+            expected_num_trainable_weights=2,
+            expected_num_non_trainable_weights=0,
+        )

@@ -19,7 +19,8 @@ class TestDynamicRouting(LayerTestCase):
             VOTES,
             ((2, 3, 4), (2, 3)),
             run_mixed_precision_check=agreement == "dot",
-            expected_num_trainable_weights=0, expected_num_non_trainable_weights=0,
+            expected_num_trainable_weights=0,
+            expected_num_non_trainable_weights=0,
         )
 
     def test_return_coefficients(self):

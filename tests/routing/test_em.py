@@ -14,8 +14,14 @@ ACTIVATIONS = RNG.uniform(0.1, 0.9, size=(2, 6)).astype("float32")
 
 class TestEMRouting(LayerTestCase):
     def test_layer(self):
-        self.run_layer_test(EMRouting, {"iterations": 2}, VOTES, ((2, 3, 16), (2, 3)),
-                            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0)
+        self.run_layer_test(
+            EMRouting,
+            {"iterations": 2},
+            VOTES,
+            ((2, 3, 16), (2, 3)),
+            expected_num_trainable_weights=2,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_activations_and_coefficients(self):
         router = EMRouting()
@@ -32,12 +38,14 @@ class TestEMRouting(LayerTestCase):
     def test_one_iteration_is_the_weighted_mean(self):
         poses = to_numpy(EMRouting(iterations=1)(VOTES, ACTIVATIONS)[0])
         weights = ACTIVATIONS / (ACTIVATIONS.sum(1, keepdims=True) + 3e-7)
-        np.testing.assert_allclose(poses, np.einsum("bi,bijp->bjp", weights, VOTES),
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            poses, np.einsum("bi,bijp->bjp", weights, VOTES), rtol=1e-5, atol=1e-6
+        )
 
     def test_schedule(self):
         assert EMRouting(iterations=3, final_lambda=0.01).inverse_temperatures() == (
-            pytest.approx([0.01 * 0.05, 0.01 * 0.0975, 0.01 * (1 - 0.95**3)]))
+            pytest.approx([0.01 * 0.05, 0.01 * 0.0975, 0.01 * (1 - 0.95**3)])
+        )
         assert EMRouting(iterations=2, inverse_temperature=3).inverse_temperatures() == [3.0, 3.0]
         router = EMRouting(iterations=2, inverse_temperature=[1, 2])
         assert router.inverse_temperatures() == [1.0, 2.0]
@@ -58,8 +66,10 @@ class TestEMRouting(LayerTestCase):
             votes = votes * 1e4
         router = EMRouting()
         router.build(votes.shape)
-        tensors = {"votes": keras.ops.convert_to_tensor(votes),
-                   "activations": keras.ops.convert_to_tensor(activations)}
+        tensors = {
+            "votes": keras.ops.convert_to_tensor(votes),
+            "activations": keras.ops.convert_to_tensor(activations),
+        }
 
         def loss(t):
             poses, a = router(t["votes"], t["activations"])
@@ -72,10 +82,14 @@ class TestEMRouting(LayerTestCase):
 
     @pytest.mark.parametrize(
         "kwargs, message",
-        [({"iterations": 0}, "iterations=0"), ({"final_lambda": 0}, "final_lambda=0"),
-         ({"epsilon": -1.0}, "epsilon=-1.0"), ({"inverse_temperature": 0}, "inverse_temperature"),
-         ({"inverse_temperature": [1.0]}, "inverse_temperature=\\[1.0\\]"),
-         ({"inverse_temperature": "high"}, "inverse_temperature='high'")],
+        [
+            ({"iterations": 0}, "iterations=0"),
+            ({"final_lambda": 0}, "final_lambda=0"),
+            ({"epsilon": -1.0}, "epsilon=-1.0"),
+            ({"inverse_temperature": 0}, "inverse_temperature"),
+            ({"inverse_temperature": [1.0]}, "inverse_temperature=\\[1.0\\]"),
+            ({"inverse_temperature": "high"}, "inverse_temperature='high'"),
+        ],
     )
     def test_errors(self, kwargs, message):
         with pytest.raises(ValueError, match=message):

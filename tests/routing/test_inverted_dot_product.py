@@ -1,4 +1,7 @@
-"""InvertedDotProductRouting: layer-normalised poses, config, training, errors (values: parity matrix)."""
+"""InvertedDotProductRouting: layer-normalised poses, config, training, errors.
+
+Values: the parity matrix.
+"""
 
 import numpy as np
 import pytest
@@ -12,9 +15,12 @@ VOTES = np.random.default_rng(0).normal(size=(2, 6, 3, 4)).astype("float32")
 class TestInvertedDotProductRouting(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(
-            InvertedDotProductRouting, {"iterations": 2, "temperature": 0.5}, VOTES,
+            InvertedDotProductRouting,
+            {"iterations": 2, "temperature": 0.5},
+            VOTES,
             ((2, 3, 4), (2, 3)),
-            expected_num_trainable_weights=2, expected_num_non_trainable_weights=0,
+            expected_num_trainable_weights=2,
+            expected_num_non_trainable_weights=0,
         )
 
     def test_poses_are_layer_normalised_at_init(self):

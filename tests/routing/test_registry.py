@@ -41,10 +41,15 @@ def test_get_instances_none_and_configs():
     assert type(routing.get({"class_name": "self_routing"})) is kc.SelfRouting
 
 
-@pytest.mark.parametrize("identifier, message", [
-    ("dynamo", "router='dynamo'"), ({"class_name": "dynamo"}, "router='dynamo'"),
-    (3, "router=3"), (keras.layers.Dense(2), "router=<Dense"),
-])
+@pytest.mark.parametrize(
+    "identifier, message",
+    [
+        ("dynamo", "router='dynamo'"),
+        ({"class_name": "dynamo"}, "router='dynamo'"),
+        (3, "router=3"),
+        (keras.layers.Dense(2), "router=<Dense"),
+    ],
+)
 def test_bad_identifiers_name_router(identifier, message):
     with pytest.raises(ValueError, match=message) as info:
         routing.get(identifier)
@@ -86,17 +91,28 @@ def test_layer_router_names_round_trip(layer):
 
 def test_model_router_names_round_trip():
     models = [
-        kc.CapsNet((20, 20, 1), 3, conv_filters=4, primary_capsules=2, primary_dim=4,
-                   capsule_dim=4, decoder_units=(8,), router="self_attention"),
+        kc.CapsNet(
+            (20, 20, 1),
+            3,
+            conv_filters=4,
+            primary_capsules=2,
+            primary_dim=4,
+            capsule_dim=4,
+            decoder_units=(8,),
+            router="self_attention",
+        ),
         kc.EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,), router="dynamic"),
-        kc.MatrixCapsNet(conv_filters=4, primary_capsules=2, conv_capsules1=2,
-                         conv_capsules2=2, router="dynamic"),
+        kc.MatrixCapsNet(
+            conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, router="dynamic"
+        ),
     ]
     for model in models:
         restored = model.__class__.from_config(model.get_config())
         if isinstance(model, kc.MatrixCapsNet):
-            routers = [restored.network.get_layer(n).router
-                       for n in ("conv_capsules1", "conv_capsules2", "class_capsules")]
+            routers = [
+                restored.network.get_layer(n).router
+                for n in ("conv_capsules1", "conv_capsules2", "class_capsules")
+            ]
         else:
             routers = [model.digit_capsules.router, restored.digit_capsules.router]
         expected = kc.SelfAttentionRouting if isinstance(model, kc.CapsNet) else kc.DynamicRouting

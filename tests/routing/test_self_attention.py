@@ -13,8 +13,14 @@ class TestSelfAttentionRouting(LayerTestCase):
     def test_layer(self):
         from keras_capsules.routing import SelfAttentionRouting
 
-        self.run_layer_test(SelfAttentionRouting, {"temperature": 2.0}, VOTES, ((2, 3, 4), (2, 3)),
-                            expected_num_trainable_weights=1, expected_num_non_trainable_weights=0)
+        self.run_layer_test(
+            SelfAttentionRouting,
+            {"temperature": 2.0},
+            VOTES,
+            ((2, 3, 4), (2, 3)),
+            expected_num_trainable_weights=1,
+            expected_num_non_trainable_weights=0,
+        )
 
     def test_errors(self):
         from keras_capsules.routing import SelfAttentionRouting

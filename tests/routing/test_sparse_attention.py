@@ -1,4 +1,7 @@
-"""SparseAttentionRouting: sparse coefficients, top-k, config, training, errors (values: parity matrix)."""
+"""SparseAttentionRouting: sparse coefficients, top-k, config, training, errors.
+
+Values: the parity matrix.
+"""
 
 import numpy as np
 import pytest
@@ -13,9 +16,13 @@ class TestSparseAttentionRouting(LayerTestCase):
     @pytest.mark.parametrize("top_k", (None, 2))
     def test_layer(self, top_k):
         self.run_layer_test(
-            SparseAttentionRouting, {"top_k": top_k, "temperature": 4.0}, VOTES,
-            ((2, 3, 4), (2, 3)), run_mixed_precision_check=top_k is None,
-            expected_num_trainable_weights=0, expected_num_non_trainable_weights=0,
+            SparseAttentionRouting,
+            {"top_k": top_k, "temperature": 4.0},
+            VOTES,
+            ((2, 3, 4), (2, 3)),
+            run_mixed_precision_check=top_k is None,
+            expected_num_trainable_weights=0,
+            expected_num_non_trainable_weights=0,
         )
 
     @pytest.mark.parametrize("top_k", (None, 1, 2))
@@ -28,8 +35,11 @@ class TestSparseAttentionRouting(LayerTestCase):
 
     @pytest.mark.parametrize(
         "kwargs, message",
-        [({"top_k": 0}, "top_k=0"), ({"top_k": 1.5}, "top_k=1.5"),
-         ({"temperature": 0}, "temperature=0")],
+        [
+            ({"top_k": 0}, "top_k=0"),
+            ({"top_k": 1.5}, "top_k=1.5"),
+            ({"temperature": 0}, "temperature=0"),
+        ],
     )
     def test_errors(self, kwargs, message):
         with pytest.raises(ValueError, match=message):
