@@ -26,9 +26,10 @@ summary=""
 for backend in tensorflow torch jax; do
   echo "=== KERAS_BACKEND=$backend pytest"
   start=$(date +%s)
-  # pytest-xdist: one test process per core (the parity matrix stays in one).
+  # pytest-xdist: one test process per core; worksteal keeps both busy to
+  # the end (the parity workers share their results through a file lock).
   KERAS_BACKEND=$backend python -m pytest -q -n "${PYTEST_WORKERS:-auto}" --maxprocesses 8 \
-    --dist loadgroup --durations=15 "$@"
+    --dist worksteal --durations=15 "$@"
   rc=$?
   summary="$summary\n$backend: exit $rc in $(( $(date +%s) - start ))s"
   [ $rc -eq 0 ] || status=1

@@ -19,6 +19,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
 OUTPUTS = ["training_log.csv", "metrics.json", "model.keras", "training_curves.png"]
 CAPSULE_FIGURES = ["reconstructions.png", "perturbations.png", "routing.png"]
+# Data pipelines (tf.data) and command-line parsing are the same code on
+# every backend: their tests run once, in the torch run.
+same_on_every_backend = pytest.mark.skipif(
+    BACKEND != "torch", reason="tf.data and command-line code only: run once, on torch"
+)
+
 # script -> (extra flags of its smoke run, extra outputs)
 SCRIPTS = {
     "mnist_capsnet": ([], CAPSULE_FIGURES),
@@ -61,8 +67,16 @@ def assert_validated(output_dir):
     assert 0 <= metrics["validation_accuracy"] <= 1
 
 
+# The EfficientCapsNet scripts differ from multimnist_capsnet (an
+# EfficientCapsNet too) only in their tf.data pipelines: on TensorFlow and
+# JAX their smoke runs add time, not coverage.
+ON_TORCH_ONLY = {"mnist_efficient_capsnet", "smallnorb_efficient_capsnet"}
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_smoke_run_writes_every_output(name, tmp_path):
+    if name in ON_TORCH_ONLY and BACKEND != "torch":
+        pytest.skip("the same model as multimnist_capsnet's, another tf.data pipeline: on torch")
     # XLA-compiling the full-size models costs minutes on TF; every layer's
     # XLA train step is covered by its own test.
     jit = ["--jit-compile", "false"] if BACKEND == "tensorflow" else []
@@ -126,12 +140,14 @@ def test_distribute_on_torch_without_torchrun_says_how_to_launch(tmp_path, monke
         example("mnist_capsnet").main(["--smoke", "--distribute", "--output-dir", str(tmp_path)])
 
 
+@same_on_every_backend
 def test_missing_dataset_error_names_tfds_data_dir(tmp_path):
     data = example("data")
     with pytest.raises(data.DatasetUnavailableError, match="TFDS_DATA_DIR"):
         data.mnist("train", 4, data_dir=str(tmp_path), download=False)
 
 
+@same_on_every_backend
 def test_router_flag_lists_library_routers():
     args = example("common").parse_args("test", 1, 1, argv=["--router", "self_attention"])
     assert args.router == "self_attention"
@@ -139,6 +155,7 @@ def test_router_flag_lists_library_routers():
         example("common").parse_args("test", 1, 1, argv=["--router", "dynamo"])
 
 
+@same_on_every_backend
 def test_validation_fraction_flag_and_splits():
     common, data = example("common"), example("data")
     assert common.parse_args("test", 1, 1, argv=[]).validation_fraction == 0.1
@@ -158,6 +175,7 @@ def images_of(split, data_dir=None):
     ]
 
 
+@same_on_every_backend
 def test_validation_slices_do_not_overlap_the_training_slices(tmp_path):
     """The split strings select disjoint examples that make up the training
     split: on a prepared dataset (TFDS's reader) and in the --smoke runs'
@@ -280,6 +298,7 @@ def test_image_folder_with_two_seeds(tmp_path):
     assert model.image_shape == (16, 16, 3) and model.num_classes == 3
 
 
+@same_on_every_backend
 def test_image_folder_validation_split(tmp_path):
     """The validation images come from the training images of DIR, the test
     images stay those of the split without validation, with --test-dir too."""
@@ -384,6 +403,7 @@ def test_seed_makes_runs_repeatable(tmp_path):
     assert_validated(tmp_path / "7")
 
 
+@same_on_every_backend
 def test_step_log_recovers_each_steps_value(tmp_path):
     """Keras logs the epoch's mean so far after each step; StepLog gives
     each step's own value, over epochs, and the curves plot them."""
@@ -419,6 +439,7 @@ def test_validation_fraction_zero_trains_without_validation(tmp_path):
 TFDS_EXAMPLES = {name: flags for name, (flags, _) in SCRIPTS.items()}
 
 
+@same_on_every_backend
 @pytest.mark.parametrize("fraction", [0.1, 0])
 def test_tfds_examples_validate_on_their_training_split(fraction):
     """Each example's load_data: the last `fraction` of the (mocked, 40
@@ -446,6 +467,7 @@ def test_tfds_examples_validate_on_their_training_split(fraction):
             np.testing.assert_array_equal(first, again, err_msg=name)
 
 
+@same_on_every_backend
 def test_multimnist_pairs(tmp_path):
     """Two digits of different classes, each shifted by up to 4 px on a
     36 x 36 canvas, merged by a clipped sum; a seeded split is fixed."""

@@ -28,8 +28,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BACKENDS = ("tensorflow", "torch", "jax")
 CASES = load_cases()
 WORKER_TIMEOUT_S = 1800
-# With pytest-xdist (`--dist loadgroup`) one process runs every parity test,
-# so the workers and the float64 references run once per backend run.
+# Under pytest-xdist the first process that needs the workers starts them,
+# the others wait on a file lock: they run once per backend run.
 pytestmark = pytest.mark.xdist_group("parity")
 
 
