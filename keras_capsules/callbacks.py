@@ -90,9 +90,7 @@ class SpreadLossMarginScheduler(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         # One read of the step count (continuing across `fit` calls); the
         # steps are counted here after that, so no step waits for the device.
-        self._first_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-        self._epoch_start = self._first_step
-        self._next_step = self._first_step
+        self._next_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start = self._next_step

@@ -86,11 +86,7 @@ def multi_hot(y_true, num_classes, labels_per_image, name="y_true"):
         classes = ops.arange(num_classes, dtype="int32")
         hits = ops.equal(ids[:, :, None], classes[None, None, :])
         return ops.cast(ops.any(hits, axis=1), "float32")
-    raise ValueError(
-        f"`{name}` must be {labels_per_image} class ids per image, shape (batch, "
-        f"{labels_per_image}), or k-hot labels of shape (batch, {num_classes}). "
-        f"Received: {name}.shape={shape}"
-    )
+    raise _multi_shape_error(name, num_classes, labels_per_image, shape)
 
 
 def class_targets(y, num_classes, labels_per_image=1, name="y"):
@@ -135,7 +131,7 @@ def check_class_ids(y, num_classes, name="y", labels_per_image=1):
         return  # one-hot
     if labels_per_image > 1:
         if not (len(shape) == 2 and shape[-1] == labels_per_image):
-            multi_hot(y, num_classes, labels_per_image, name)  # raises
+            raise _multi_shape_error(name, num_classes, labels_per_image, shape)
     elif not (len(shape) == 1 or (len(shape) == 2 and shape[-1] == 1)):
         raise _shape_error(name, num_classes, shape)
     ids = np.asarray(ops.convert_to_numpy(y))
@@ -150,4 +146,12 @@ def _shape_error(name, num_classes, shape):
     return ValueError(
         f"`{name}` must be class ids of shape (batch,) or (batch, 1), or one-hot "
         f"labels of shape (batch, {num_classes}). Received: {name}.shape={shape}"
+    )
+
+
+def _multi_shape_error(name, num_classes, labels_per_image, shape):
+    return ValueError(
+        f"`{name}` must be {labels_per_image} class ids per image, shape (batch, "
+        f"{labels_per_image}), or k-hot labels of shape (batch, {num_classes}). "
+        f"Received: {name}.shape={shape}"
     )
