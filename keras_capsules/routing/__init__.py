@@ -11,6 +11,7 @@ import keras
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.routing.em import EMRouting
+from keras_capsules.routing.heinsen import HeinsenRouting
 from keras_capsules.routing.inverted_dot_product import InvertedDotProductRouting
 from keras_capsules.routing.self_attention import SelfAttentionRouting
 from keras_capsules.routing.self_routing import SelfRouting
@@ -19,6 +20,7 @@ from keras_capsules.routing.sparse_attention import SparseAttentionRouting
 _ROUTERS = {
     "dynamic": DynamicRouting,
     "em": EMRouting,
+    "heinsen": HeinsenRouting,
     "self_attention": SelfAttentionRouting,
     "sparse_attention": SparseAttentionRouting,
     "inverted_dot_product": InvertedDotProductRouting,
@@ -37,7 +39,7 @@ def names():
     Example:
 
     >>> keras_capsules.routing.names()[:3]
-    ('dynamic', 'em', 'inverted_dot_product')
+    ('dynamic', 'em', 'heinsen')
     """
     return tuple(sorted(_ROUTERS))
 
@@ -94,8 +96,9 @@ def get(identifier):
     """A `Router` from a name, a config dict, a `Router` class or instance.
 
     - `None` -> `None` (the caller's default router);
-    - a name (`"dynamic"`, `"em"`, `"self_attention"`, `"sparse_attention"`,
-      `"inverted_dot_product"`, `"self_routing"`, or the class name) -> a
+    - a name (`"dynamic"`, `"em"`, `"heinsen"`, `"self_attention"`,
+      `"sparse_attention"`, `"inverted_dot_product"`, `"self_routing"`, or
+      the class name) -> a
       new router with its default arguments;
     - a dict -> `deserialize(identifier)`;
     - a `Router` subclass -> a new instance; a `Router` -> itself.

@@ -89,6 +89,11 @@ class Router(keras.layers.Layer):
     # that their length says nothing of the parent: the vector-capsule
     # layers then give them the length of the activations.
     fixed_length_poses = False
+    # Whether the router's activations are logits (scores in (-inf, inf))
+    # rather than probabilities: the vector-capsule layers then give their
+    # poses the length `sigmoid(activations)` and return those as the
+    # activations (`keras_capsules.routing.layer_router.call_router`).
+    logit_activations = False
 
     def __init__(self, remat=False, **kwargs):
         super().__init__(**kwargs)
@@ -174,21 +179,34 @@ class Router(keras.layers.Layer):
         return parents / (children * dim) ** 0.5
 
     def call(self, votes, activations=None, return_coefficients=False):
+        return self.routed_outputs(votes, activations, (0, 1, 2) if return_coefficients else (0, 1))
+
+    def routed_outputs(self, votes, activations, keep):
+        """The outputs of `route` at the indices `keep`, in the layer's
+        compute dtype: what `call` returns. Routers whose `route` returns
+        more than `(poses, activations, coefficients)` (`HeinsenRouting`:
+        the variances too) call it with the indices their call arguments
+        ask for."""
         self.check_inputs(votes.shape, None if activations is None else activations.shape)
         dtype = compute_dtype_for(self.compute_dtype)
         votes = ops.cast(votes, dtype)
         if activations is not None:
             activations = ops.cast(activations, dtype)
-        count = 3 if return_coefficients else 2
+        keep = tuple(keep)
+
+        def selected(v, a):
+            outputs = self.route(v, a)
+            return tuple(outputs[k] for k in keep)
+
         if not self.remat:
-            outputs = self.route(votes, activations)[:count]
+            outputs = selected(votes, activations)
         elif activations is None:
             # Only tensors go through `keras.remat` (`tf.recompute_grad`
             # differentiates every argument), and only the outputs the
             # caller takes.
-            outputs = keras.remat(lambda v: tuple(self.route(v, None)[:count]))(votes)
+            outputs = keras.remat(lambda v: selected(v, None))(votes)
         else:
-            outputs = keras.remat(lambda v, a: tuple(self.route(v, a)[:count]))(votes, activations)
+            outputs = keras.remat(selected)(votes, activations)
         return tuple(ops.cast(t, self.compute_dtype) for t in outputs)
 
     def get_config(self):

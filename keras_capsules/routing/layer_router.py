@@ -59,8 +59,14 @@ def call_router(layer, votes, activations, length_coded=False):
     With `length_coded=True` (the vector-capsule layers), poses of a router
     whose poses have a fixed length (`Router.fixed_length_poses`) are
     rescaled to the length of their activations, the direction kept, so
-    that a pose's length is its parent's activation for every router."""
+    that a pose's length is its parent's activation for every router.
+    Activations that are logits (`Router.logit_activations`: Heinsen
+    routing's scores) become `sigmoid(activations)` there first, so the
+    poses have lengths in (0, 1)."""
     poses, activations = layer.router(votes, activations)
-    if length_coded and layer.router.fixed_length_poses:
+    router = layer.router
+    if length_coded and router.logit_activations:
+        activations = ops.sigmoid(activations)
+    if length_coded and (router.fixed_length_poses or router.logit_activations):
         poses = poses * (activations / safe_norm(poses))[..., None]
     return ops.cast(poses, layer.compute_dtype), ops.cast(activations, layer.compute_dtype)

@@ -10,6 +10,7 @@ from keras_capsules import routing
 NAMES = {
     "dynamic": kc.DynamicRouting,
     "em": kc.EMRouting,
+    "heinsen": kc.HeinsenRouting,
     "self_attention": kc.SelfAttentionRouting,
     "sparse_attention": kc.SparseAttentionRouting,
     "inverted_dot_product": kc.InvertedDotProductRouting,
