@@ -34,6 +34,7 @@ from keras_capsules.layers import (
     ConvCapsule2D,
     ConvMatrixCapsule,
     DepthwisePrimaryCapsule,
+    HeinsenCapsule,
     Length,
     Mask,
     PrimaryCapsule,
@@ -46,12 +47,14 @@ from keras_capsules.models import (
     CapsNet,
     CapsuleImageClassifier,
     EfficientCapsNet,
+    HeinsenCapsNet,
     MatrixCapsNet,
 )
 from keras_capsules.ops import efficient_squash, safe_norm, sparsemax, squash
 from keras_capsules.routing import (
     DynamicRouting,
     EMRouting,
+    HeinsenRouting,
     InvertedDotProductRouting,
     Router,
     SelfAttentionRouting,

@@ -6,6 +6,7 @@ from keras_capsules.layers.capsule_attention import CapsuleAttention
 from keras_capsules.layers.capsule_pruning import CapsulePruning
 from keras_capsules.layers.conv_capsule import ConvCapsule1D, ConvCapsule2D
 from keras_capsules.layers.depthwise_primary_capsule import DepthwisePrimaryCapsule
+from keras_capsules.layers.heinsen_capsule import HeinsenCapsule
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
 from keras_capsules.layers.matrix_capsule import (

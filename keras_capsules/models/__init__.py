@@ -7,4 +7,5 @@ from keras_capsules.models.base import CapsuleClassifier
 from keras_capsules.models.capsnet import CapsNet
 from keras_capsules.models.capsule_model import CapsuleModel
 from keras_capsules.models.efficient_capsnet import EfficientCapsNet
+from keras_capsules.models.heinsen_capsnet import HeinsenCapsNet
 from keras_capsules.models.matrix_capsnet import MatrixCapsNet

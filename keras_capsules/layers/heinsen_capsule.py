@@ -1,0 +1,172 @@
+"""Capsules of matrix poses and scores routed by Heinsen routing (Heinsen, 2019)."""
+
+import keras
+from keras import ops
+
+from keras_capsules.layers._common import split_capsule_inputs
+from keras_capsules.ops import compute_dtype_for
+from keras_capsules.routing.base import check_activations_shape
+from keras_capsules.routing.heinsen import HeinsenRouting
+from keras_capsules.routing.layer_router import build_router
+from keras_capsules.validation import positive_float, positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class HeinsenCapsule(keras.layers.Layer):
+    """A layer of Heinsen's capsules: `d_cov x d_out` matrix poses and a
+    score (a logit) per capsule, fed by every capsule below.
+
+    Each child `i`, a `d_cov x d_inp` matrix `mu_inp[b, i]` with score
+    `a_inp[b, i]`, votes for each parent `j` with an affine map, then
+    `HeinsenRouting` routes the flattened votes:
+
+    ```
+    V[b, i, j] = mu_inp[b, i] @ W[i, j] + B[i, j]     # (d_cov, d_out)
+    mu, a_out, sig2 = HeinsenRouting(iterations, epsilon)(V, a_inp)
+    ```
+
+    `W: (in_caps, num_capsules, d_inp, capsule_dim)` and `B: (in_caps,
+    num_capsules, d_cov, capsule_dim)`; with `share_weights=True` one `W`,
+    `B` (and one `beta_use`, `beta_ign` of the router) per parent serve
+    every child, `W: (num_capsules, d_inp, capsule_dim)`, and any number of
+    children is accepted (the author's `n_inp=-1`). `W` starts as
+    `normal(0, 1) / d_inp`, `B` at zeros, as in the official code. Votes
+    are computed in float32 under mixed precision, as the routing.
+
+    Args:
+        num_capsules: int, number of parent capsules `n_out`.
+        capsule_dim: int, `d_out`, the columns of each parent pose.
+        iterations: routing iterations, `>= 1` (the author: 3).
+        epsilon: the router's `epsilon` (the author's `eps`, 1e-5).
+        share_weights: bool, one `W`, `B`, `beta_use`, `beta_ign` per
+            parent for all children.
+        return_variances: bool, also return the variances `sig2`.
+        kernel_initializer: initializer of `W`; `None`: `normal(0, 1 / d_inp)`.
+        bias_initializer: initializer of `B`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: `[poses, scores]`: child poses `(batch, in_caps, d_cov,
+            d_inp)` and their scores, logits `(batch, in_caps)`; or the
+            poses alone (every child then fully present).
+
+    Returns:
+        `(poses (batch, num_capsules, d_cov, capsule_dim), scores (batch,
+        num_capsules))`, the scores being logits; with
+        `return_variances=True`, the variances of the poses' elements,
+        `(batch, num_capsules, d_cov, capsule_dim)`, third.
+
+    Example (the class capsules of Heinsen's smallNORB model):
+
+    >>> layer = keras_capsules.layers.HeinsenCapsule(5, 4, return_variances=True)
+    >>> poses, scores, variances = layer(
+    ...     [keras.random.normal((2, 64, 4, 4)), keras.random.normal((2, 64))])
+    >>> tuple(poses.shape), tuple(scores.shape), tuple(variances.shape)
+    ((2, 5, 4, 4), (2, 5), (2, 5, 4, 4))
+    >>> tuple(layer.kernel.shape), tuple(layer.bias.shape), tuple(layer.router.beta_use.shape)
+    ((64, 5, 4, 4), (64, 5, 4, 4), (64, 5))
+
+    Reference: Heinsen, "An Algorithm for Routing Capsules in All Domains",
+    arXiv:1911.00792, 2019.
+    """
+
+    def __init__(
+        self,
+        num_capsules,
+        capsule_dim,
+        iterations=3,
+        epsilon=1e-5,
+        share_weights=False,
+        return_variances=False,
+        kernel_initializer=None,
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
+        self.iterations = positive_int(iterations, "iterations")
+        self.epsilon = positive_float(epsilon, "epsilon")
+        self.share_weights = bool(share_weights)
+        self.return_variances = bool(return_variances)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.router = HeinsenRouting(
+            iterations=self.iterations,
+            epsilon=self.epsilon,
+            share_weights=self.share_weights,
+            dtype=self.dtype_policy,
+            name="routing",
+        )
+
+    def build(self, input_shape):
+        poses_shape, scores_shape = split_capsule_inputs(input_shape)
+        poses_shape = tuple(poses_shape)
+        if len(poses_shape) != 4 or None in poses_shape[2:]:
+            raise ValueError(
+                "HeinsenCapsule expects poses of shape (batch, in_caps, d_cov, d_inp) "
+                f"with known d_cov and d_inp. Received: poses.shape={poses_shape}"
+            )
+        batch, in_caps, d_cov, d_inp = poses_shape
+        if in_caps is None and not self.share_weights:
+            raise ValueError(
+                "HeinsenCapsule needs a known in_caps unless share_weights=True. "
+                f"Received: poses.shape={poses_shape}"
+            )
+        check_activations_shape("HeinsenCapsule", "poses", poses_shape, scores_shape)
+        prefix = (self.num_capsules,) if self.share_weights else (in_caps, self.num_capsules)
+        initializer = self.kernel_initializer or keras.initializers.RandomNormal(stddev=1.0 / d_inp)
+        self.kernel = self.add_weight(
+            name="kernel", shape=(*prefix, d_inp, self.capsule_dim), initializer=initializer
+        )
+        self.bias = self.add_weight(
+            name="bias", shape=(*prefix, d_cov, self.capsule_dim), initializer=self.bias_initializer
+        )
+        votes_shape = (batch, in_caps, self.num_capsules, d_cov * self.capsule_dim)
+        build_router(self.router, votes_shape, None if scores_shape is None else votes_shape[:2])
+
+    def votes(self, poses):
+        """The flattened votes `(batch, in_caps, num_capsules, d_cov *
+        capsule_dim)` of poses `(batch, in_caps, d_cov, d_inp)`, in the
+        routing dtype."""
+        dtype = compute_dtype_for(self.compute_dtype)
+        poses = ops.cast(poses, dtype)
+        kernel, bias = ops.cast(self.kernel, dtype), ops.cast(self.bias, dtype)
+        equation = "bicd,jde->bijce" if self.share_weights else "bicd,ijde->bijce"
+        votes = ops.einsum(equation, poses, kernel) + bias
+        batch, in_caps = ops.shape(poses)[0], ops.shape(poses)[1]
+        return ops.reshape(votes, (batch, in_caps, self.num_capsules, -1))
+
+    def call(self, inputs):
+        poses, scores = split_capsule_inputs(inputs)
+        if scores is not None:
+            check_activations_shape("HeinsenCapsule", "poses", poses.shape, scores.shape)
+        d_cov = poses.shape[2]
+        mu, a_out, sig2 = self.router(self.votes(poses), scores, return_variances=True)
+        shape = (-1, self.num_capsules, d_cov, self.capsule_dim)
+        mu = ops.cast(ops.reshape(mu, shape), self.compute_dtype)
+        a_out = ops.cast(a_out, self.compute_dtype)
+        if not self.return_variances:
+            return mu, a_out
+        return mu, a_out, ops.cast(ops.reshape(sig2, shape), self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        poses_shape, _ = split_capsule_inputs(input_shape)
+        batch, d_cov = poses_shape[0], poses_shape[2]
+        poses = (batch, self.num_capsules, d_cov, self.capsule_dim)
+        shapes = (poses, (batch, self.num_capsules))
+        return shapes + (poses,) if self.return_variances else shapes
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_capsules=self.num_capsules,
+            capsule_dim=self.capsule_dim,
+            iterations=self.iterations,
+            epsilon=self.epsilon,
+            share_weights=self.share_weights,
+            return_variances=self.return_variances,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+        )
+        return config
