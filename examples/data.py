@@ -349,6 +349,88 @@ def smallnorb_splits(args, batch_size, drop_remainder=False):
     return load(train_split, True), validation, load("test", False)
 
 
+# Heinsen (2019): the full 96x96 stereo pairs in [0, 1]; for training a
+# random 96x96 crop of the pair padded by 16 edge pixels, and mixup.
+HEINSEN_PADDING = 16
+
+
+def _smallnorb_full_pair(example):
+    """Both stereo images as 2 channels, 96x96, in [0, 1]."""
+    stereo = tf.concat([example["image"], example["image2"]], axis=-1)
+    return tf.cast(stereo, tf.float32) / 255.0, example["label_category"]
+
+
+def edge_pad(image, padding):
+    """`image (H, W, C)` padded by `padding` pixels on each side with copies
+    of its edge pixels (torchvision's `padding_mode="edge"`)."""
+    height, width = tf.shape(image)[0], tf.shape(image)[1]
+    rows = tf.clip_by_value(tf.range(-padding, height + padding), 0, height - 1)
+    cols = tf.clip_by_value(tf.range(-padding, width + padding), 0, width - 1)
+    return tf.gather(tf.gather(image, rows, axis=0), cols, axis=1)
+
+
+def _heinsen_crop(image, label):
+    shape = tf.shape(image)
+    padded = edge_pad(image, HEINSEN_PADDING)
+    return tf.image.random_crop(padded, shape), label
+
+
+def mixup(images, labels, num_classes, alpha=(0.2, 0.2)):
+    """Mixup within a batch: each example is mixed with a random partner of
+    the same batch, `r ~ Beta(alpha)` per example: `lerp(x, x[perm], r)`,
+    and the one-hot labels alike (Heinsen's training loop)."""
+    batch = tf.shape(images)[0]
+    x = tf.random.gamma((batch,), alpha[0])
+    y = tf.random.gamma((batch,), alpha[1])
+    r = x / (x + y)
+    perm = tf.random.shuffle(tf.range(batch))
+    targets = tf.one_hot(labels, num_classes)
+    mixed = images + (tf.gather(images, perm) - images) * r[:, None, None, None]
+    targets = targets + (tf.gather(targets, perm) - targets) * r[:, None]
+    return mixed, targets
+
+
+def smallnorb_full(
+    split,
+    batch_size,
+    training=None,
+    data_dir=None,
+    download=True,
+    shuffle_buffer=10_000,
+    drop_remainder=False,
+    mixup_alpha=(0.2, 0.2),
+):
+    """smallNORB `(96x96x2 stereo image in [0, 1], category)` batches, as
+    Heinsen (2019) trained and tested: for training (`training`, default
+    `split == "train"`) a random 96x96 crop after 16 pixels of edge padding,
+    shuffled, and mixup with `Beta(*mixup_alpha)` (labels then soft one-hot;
+    `mixup_alpha=None`: none); the test images unchanged."""
+    training = split == "train" if training is None else training
+    ds = load_split("smallnorb", split, data_dir, download).map(_smallnorb_full_pair, AUTOTUNE)
+    if training:
+        ds = ds.map(_heinsen_crop, AUTOTUNE)
+    ds = _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
+    if training and mixup_alpha is not None:
+        classes = len(SMALLNORB_CLASSES)
+        ds = ds.map(lambda x, y: mixup(x, y, classes, mixup_alpha), AUTOTUNE)
+    return ds
+
+
+def smallnorb_full_splits(args, batch_size, drop_remainder=False):
+    """`load_data` of examples/smallnorb_heinsen_capsnet.py: (train,
+    validation, test) batches of `smallnorb_full`; the validation data is
+    prepared like the test data."""
+    train_split, validation_split = train_validation_splits(args.validation_fraction)
+
+    def load(split, training):
+        return smallnorb_full(
+            split, batch_size, training, args.data_dir, drop_remainder=drop_remainder
+        )
+
+    validation = None if validation_split is None else load(validation_split, False)
+    return load(train_split, True), validation, load("test", False)
+
+
 # ------------------------------------------------------------- MultiMNIST
 
 MULTIMNIST_SIZE = 36  # 28 + 2 x 4: each digit shifted up to 4 px each way

@@ -33,6 +33,7 @@ SCRIPTS = {
     # EM routing on the full-size net takes minutes per step here; the
     # paper's sizes are tested by test_matrix_capsnet.py's parameter count.
     "smallnorb_matrix_capsnet": (["--capsules", "4", "2", "2", "2", "--iterations", "1"], []),
+    "smallnorb_heinsen_capsnet": ([], []),
     "multimnist_capsnet": (["--model", "efficient"], ["multimnist.png"]),
     # The smallest backbone and images; the routing figure (no decoder).
     "cifar10_backbone_capsnet": (["--backbone", "small", "--image-size", "16"], ["routing.png"]),
@@ -69,8 +70,14 @@ def assert_validated(output_dir):
 
 # The EfficientCapsNet scripts differ from multimnist_capsnet (an
 # EfficientCapsNet too) only in their tf.data pipelines: on TensorFlow and
-# JAX their smoke runs add time, not coverage.
-ON_TORCH_ONLY = {"mnist_efficient_capsnet", "smallnorb_efficient_capsnet"}
+# JAX their smoke runs add time, not coverage. HeinsenCapsNet's forward and
+# fit are tested on every backend by tests/models/test_heinsen_capsnet.py;
+# its script adds a tf.data pipeline.
+ON_TORCH_ONLY = {
+    "mnist_efficient_capsnet",
+    "smallnorb_efficient_capsnet",
+    "smallnorb_heinsen_capsnet",
+}
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -561,3 +568,19 @@ def test_multimnist_loss_accuracy_and_saving(tmp_path):
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+@same_on_every_backend
+def test_heinsen_edge_padding_and_mixup():
+    import tensorflow as tf
+
+    data = example("data")
+    image = np.arange(12, dtype="float32").reshape(3, 4, 1)
+    padded = data.edge_pad(tf.constant(image), 2).numpy()[..., 0]
+    np.testing.assert_array_equal(padded, np.pad(image[..., 0], 2, mode="edge"))
+    tf.random.set_seed(0)
+    images = tf.constant(np.random.default_rng(0).uniform(size=(6, 4, 4, 2)), tf.float32)
+    mixed, targets = data.mixup(images, tf.constant([0, 1, 2, 3, 4, 0]), 5)
+    assert tuple(mixed.shape) == (6, 4, 4, 2) and tuple(targets.shape) == (6, 5)
+    np.testing.assert_allclose(targets.numpy().sum(-1), 1.0, rtol=1e-6)
+    assert mixed.numpy().min() >= 0 and mixed.numpy().max() <= 1
