@@ -1,0 +1,12 @@
+"""Readers of other implementations' weight files.
+
+They read files and return NumPy arrays; they import no backend, build no
+model and never run code from a file. The ready models map the arrays onto
+their weights (`load_authors_weights`).
+
+- `torch_zip.read_state_dict(path)`: a PyTorch state dict (`.pt`), zip or
+  legacy layout, without torch.
+- `keras_h5.read_weights(path)`: a Keras 2 HDF5 weights file (`.h5`).
+"""
+
+from keras_capsules.convert import keras_h5, torch_zip
