@@ -1,3 +1,14 @@
-"""Readers of other implementations' weight files, and the mappings of their
-names and layouts into this library's weights (arrays in, arrays out: no
-backend, no model)."""
+"""Readers of other implementations' weight files.
+
+They read files and return NumPy arrays; they import no backend, build no
+model and never run code from a file. The ready models map the arrays onto
+their weights (`load_authors_weights`).
+
+- `torch_zip.read_state_dict(path)`: a PyTorch state dict (`.pt`), zip or
+  legacy layout, without torch.
+- `keras_h5.read_weights(path)`: a Keras 2 HDF5 weights file (`.h5`).
+- `heinsen.heinsen_weights(state_dict)`: Heinsen's smallNORB classifier's
+  state dict in `HeinsenCapsNet`'s names and layouts.
+"""
+
+from keras_capsules.convert import heinsen, keras_h5, torch_zip
