@@ -18,6 +18,7 @@ ROUTERS = {
     "inverted-dot-product": lambda: kc.routing.InvertedDotProductRouting(),
     "self-routing": lambda: kc.routing.SelfRouting(),
     "em": lambda: kc.routing.EMRouting(iterations=2),
+    "heinsen": lambda: kc.routing.HeinsenRouting(iterations=2),
 }
 
 

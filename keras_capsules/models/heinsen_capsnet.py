@@ -83,11 +83,16 @@ class HeinsenCapsNet(CapsuleModel):
     >>> model = keras_capsules.models.HeinsenCapsNet(
     ...     (32, 32, 2), num_classes=3, parts=4, channels=8)
     >>> images = np.random.default_rng(0).uniform(size=(2, 32, 32, 2))
-    >>> scores, poses, variances = model.encode(images)
-    >>> tuple(scores.shape), tuple(poses.shape), tuple(variances.shape)
-    ((2, 3), (2, 3, 4, 4), (2, 3, 4, 4))
+    >>> model.predict(images, verbose=0).shape  # the scores a_out
+    (2, 3)
     >>> model.compile()  # Adam(5e-4), softmax cross-entropy, accuracy
-    >>> history = model.fit(images, np.array([0, 2]), verbose=0)
+
+    The author's three outputs, and one training step:
+
+    ```python
+    scores, poses, variances = model.encode(images)  # (2, 3), (2, 3, 4, 4), (2, 3, 4, 4)
+    model.fit(images, np.array([0, 2]))
+    ```
 
     With the author's released weights (`heinsen_smallNORB_pretrained_model_state_dict.pt`
     of github.com/glassroom/heinsen_routing; the paper reports 99.1% test

@@ -58,8 +58,6 @@ def test_contract_fit_step_and_save_load():
     scores, poses, variances = _encode(model, images)
     assert scores.shape == (4, 3) and poses.shape == variances.shape == (4, 3, 4, 4)
     assert np.all(variances > 0)
-    restored = kc.HeinsenCapsNet.from_config(model.get_config())
-    assert restored.get_config() == model.get_config()
     assert model.default_learning_rate == 5e-4
     assert isinstance(model.default_loss(), keras.losses.CategoricalCrossentropy)
     # The first routing shares its weights over its parts * 1 * 1 children.
@@ -71,10 +69,10 @@ def test_contract_fit_step_and_save_load():
     history = model.fit(images, labels, batch_size=4, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
     assert any(np.any(to_numpy(w) != b) for w, b in zip(model.trainable_weights, before))
-    # predict and model(images, return_poses=True) give encode's numbers.
-    scores, poses, _ = _encode(model, images)
-    np.testing.assert_allclose(model.predict(images, verbose=0), scores, rtol=1e-5, atol=1e-5)
-    if BACKEND != "jax":
+    expected = model.predict(images, verbose=0)
+    if BACKEND != "jax":  # eager calls: slow on JAX, the same code
+        scores, poses, _ = _encode(model, images)
+        np.testing.assert_allclose(expected, scores, rtol=1e-5, atol=1e-5)
         called = model(images, return_poses=True)
         np.testing.assert_allclose(to_numpy(called[1]), poses, rtol=1e-5, atol=1e-5)
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,7 +80,8 @@ def test_contract_fit_step_and_save_load():
         model.save(path)
         loaded = keras.saving.load_model(path, safe_mode=True)
     assert type(loaded) is kc.HeinsenCapsNet
-    np.testing.assert_allclose(_encode(loaded, images)[0], scores, rtol=1e-5, atol=1e-5)
+    assert loaded.get_config() == model.get_config()
+    np.testing.assert_allclose(loaded.predict(images, verbose=0), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_the_authors_layout_from_a_synthetic_state_dict():
