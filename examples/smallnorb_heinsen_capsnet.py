@@ -19,6 +19,7 @@ closely as Keras allows:
 - optimiser: Adam (Keras has no RAdam, the author's): the warm-up does for
   Adam what RAdam's rectification does in its first steps.
 
+`--parts` and `--channels` change the sizes (the tests use small ones).
 The author's notebook trains on the whole training split and reports the
 test split (99.1 % accuracy in the paper); `--validation-fraction 0` does
 the same here (the default holds out 10 % for validation).
@@ -38,8 +39,19 @@ from keras_capsules.models import HeinsenCapsNet
 PEAK_LEARNING_RATE, FINAL_LEARNING_RATE, WARMUP_FRACTION = 5e-4, 1e-5, 0.1
 
 
+def add_arguments(parser):
+    parser.add_argument(
+        "--parts", type=int, default=64, help="part capsules per position (author: 64)"
+    )
+    parser.add_argument(
+        "--channels", type=int, default=64, help="channels of the convolutions (author: 64)"
+    )
+
+
 def build_model(args):
-    return HeinsenCapsNet((96, 96, 2), len(data.SMALLNORB_CLASSES))
+    return HeinsenCapsNet(
+        (96, 96, 2), len(data.SMALLNORB_CLASSES), parts=args.parts, channels=args.channels
+    )
 
 
 load_data = data.smallnorb_full_splits
@@ -69,6 +81,7 @@ def main(argv=None):
         batch_size=20,
         routers=False,
         argv=argv,
+        add_arguments=add_arguments,
     )
 
 

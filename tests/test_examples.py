@@ -33,7 +33,8 @@ SCRIPTS = {
     # EM routing on the full-size net takes minutes per step here; the
     # paper's sizes are tested by test_matrix_capsnet.py's parameter count.
     "smallnorb_matrix_capsnet": (["--capsules", "4", "2", "2", "2", "--iterations", "1"], []),
-    "smallnorb_heinsen_capsnet": ([], []),
+    # The paper's sizes: tests/models/test_heinsen_capsnet.py.
+    "smallnorb_heinsen_capsnet": (["--parts", "4", "--channels", "8"], []),
     "multimnist_capsnet": (["--model", "efficient"], ["multimnist.png"]),
     # The smallest backbone and images; the routing figure (no decoder).
     "cifar10_backbone_capsnet": (["--backbone", "small", "--image-size", "16"], ["routing.png"]),
