@@ -37,8 +37,10 @@ class Capsule(keras.layers.Layer):
     routers that squash (dynamic, sparse attention, self-attention) make it
     so; inverted dot-product routing's poses, layer-normalised to a fixed
     length, are rescaled to the length of its activations
-    (`Router.fixed_length_poses`). So `Length()` of the poses gives class
-    scores for `MarginLoss` with every router.
+    (`Router.fixed_length_poses`); Heinsen routing's, whose activations are
+    logits, to the length `sigmoid(a_out)`, which the layer returns as the
+    activations (`Router.logit_activations`). So `Length()` of the poses
+    gives class scores for `MarginLoss` with every router.
 
     Initialisation: the default `W` (`kernel_initializer=None`) is a
     truncated normal of standard deviation `vote_stddev / 0.5`
