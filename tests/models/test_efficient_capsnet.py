@@ -122,9 +122,11 @@ def test_smallnorb_architecture_fits_and_round_trips():
     assert np.all(np.isfinite(loss))
     loaded = round_trip(model)
     assert loaded.get_config() == model.get_config()
-    np.testing.assert_allclose(to_numpy(loaded(images)), to_numpy(model(images)), atol=1e-6)
+    for a, b in zip(loaded.weights, model.weights):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b), err_msg=b.path)
+    # Compiled (predict): an eager first call on JAX costs seconds, op by op.
     np.testing.assert_allclose(
-        to_numpy(loaded.reconstruct(images)), to_numpy(model.reconstruct(images)), atol=1e-6
+        loaded.predict(images, verbose=0), model.predict(images, verbose=0), atol=1e-6
     )
 
 
