@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 
 from keras_capsules import (
     callbacks,
+    convert,
     initializers,
     labels,
     layers,
