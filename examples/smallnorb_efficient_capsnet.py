@@ -19,6 +19,9 @@ batch 16, 150 epochs.
 
     KERAS_BACKEND=jax python examples/smallnorb_efficient_capsnet.py
 
+On TensorFlow on CPU, `--jit-compile false` trains this architecture faster
+than XLA does (0.9 s against 1.6 s per step of 16 on 2 cores).
+
 Their released weights load into the same model:
 `model.load_authors_weights("efficient_capsnet_SMALLNORB.h5")`.
 
@@ -62,7 +65,6 @@ def main(argv=None):
         epochs=150,
         batch_size=16,
         argv=argv,
-        xla_on_cpu=True,  # measured faster on TF CPU for this model (common.py)
     )
 
 
