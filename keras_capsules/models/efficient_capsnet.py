@@ -95,15 +95,14 @@ class EfficientCapsNet(CapsuleClassifier):
     Returns:
         class scores `(batch, num_classes)` (capsule lengths).
 
-    Example (16x16 images; the defaults are MNIST's; and smallNORB's sizes):
+    Example (16x16 images; the defaults are MNIST's; smallNORB's defaults):
 
     >>> model = keras_capsules.models.EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,))
     >>> images = np.random.default_rng(0).uniform(size=(2, 16, 16, 1))
     >>> tuple(model(images).shape), model.count_encoder_params()
     ((2, 3), 138160)
-    >>> small = keras_capsules.models.EfficientCapsNet((24, 24, 2), 5, architecture="smallnorb")
-    >>> tuple(small.reconstruct(np.zeros((1, 24, 24, 2))).shape)
-    (1, 24, 24, 2)
+    >>> keras_capsules.models.efficient_capsnet.ARCHITECTURES["smallnorb"]  # shape, classes, units
+    ((48, 48, 2), 5, (64, 128, 128))
 
     Reference: Mazzia, Salvetti & Chiaberge, "Efficient-CapsNet: capsule
     network with self-attention routing", Scientific Reports 11, 2021;
