@@ -311,6 +311,47 @@ def _smallnorb_test(image, label):
     return tf.image.per_image_standardization(image), label
 
 
+# Mazzia et al.'s recipe (EscVM/Efficient-CapsNet, utils/pre_process_smallnorb.py):
+# each 96x96 channel standardised, resized to 64x64; a random 48x48 crop,
+# random brightness (max_delta 2.0) and contrast (0.5-1.5) for training,
+# the centre crop for testing.
+EFFICIENT_CAPSNET_SCALE, EFFICIENT_CAPSNET_PATCH = 64, 48
+
+
+def _efficient_capsnet_pair(example):
+    """Both stereo images as 2 channels, each standardised, resized to 64x64."""
+    stereo = tf.cast(tf.concat([example["image"], example["image2"]], axis=-1), tf.float32)
+    mean, variance = tf.nn.moments(stereo, axes=(0, 1), keepdims=True)
+    # The floor only keeps a constant (mock) image finite.
+    stereo = (stereo - mean) / tf.maximum(tf.sqrt(variance), 1e-6)
+    size = (EFFICIENT_CAPSNET_SCALE, EFFICIENT_CAPSNET_SCALE)
+    return tf.image.resize(stereo, size), example["label_category"]
+
+
+def _efficient_capsnet_train(image, label):
+    patch = EFFICIENT_CAPSNET_PATCH
+    image = tf.image.random_crop(image, (patch, patch, 2))
+    image = tf.image.random_brightness(image, max_delta=2.0)
+    return tf.image.random_contrast(image, lower=0.5, upper=1.5), label
+
+
+def _efficient_capsnet_test(image, label):
+    offset = (EFFICIENT_CAPSNET_SCALE - EFFICIENT_CAPSNET_PATCH) // 2
+    patch = EFFICIENT_CAPSNET_PATCH
+    return tf.image.crop_to_bounding_box(image, offset, offset, patch, patch), label
+
+
+SMALLNORB_RECIPES = {
+    # recipe -> (per example, training, test)
+    "hinton": (_smallnorb_pair, _smallnorb_train, _smallnorb_test),
+    "efficient_capsnet": (
+        _efficient_capsnet_pair,
+        _efficient_capsnet_train,
+        _efficient_capsnet_test,
+    ),
+}
+
+
 def smallnorb(
     split,
     batch_size,
@@ -319,31 +360,50 @@ def smallnorb(
     download=True,
     shuffle_buffer=10_000,
     drop_remainder=False,
+    recipe="hinton",
 ):
-    """smallNORB `(32x32x2 standardised stereo image, category)` batches.
+    """smallNORB `(standardised stereo image, category)` batches.
 
-    Hinton et al. (2018): 48x48, then a random 32x32 crop with random
-    brightness and contrast for training, the centre crop for testing,
-    per-image standardisation. `training` (the random crop and colour
-    changes, shuffled) defaults to `split == "train"`; pass it for slices.
+    `recipe="hinton"`, 32x32x2 (Hinton et al., 2018): 48x48, then a
+    random 32x32 crop with random brightness and contrast for training,
+    the centre crop for testing, per-image standardisation.
+    `recipe="efficient_capsnet"`, 48x48x2 (Mazzia et al., 2021): each
+    channel standardised per image, 64x64, then a random 48x48 crop with
+    random brightness (max_delta 2.0) and contrast (0.5-1.5) for
+    training, the centre crop for testing. `training` (the random crop
+    and colour changes, shuffled) defaults to `split == "train"`; pass it
+    for slices.
     """
+    if recipe not in SMALLNORB_RECIPES:
+        raise ValueError(
+            f"Unknown smallNORB recipe: expected one of {sorted(SMALLNORB_RECIPES)}. "
+            f"Received: recipe={recipe!r}"
+        )
+    pair, train, test = SMALLNORB_RECIPES[recipe]
     training = split == "train" if training is None else training
-    ds = load_split("smallnorb", split, data_dir, download).map(_smallnorb_pair, AUTOTUNE)
-    ds = ds.map(_smallnorb_train if training else _smallnorb_test, AUTOTUNE)
+    ds = load_split("smallnorb", split, data_dir, download).map(pair, AUTOTUNE)
+    ds = ds.map(train if training else test, AUTOTUNE)
     return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
 
 
-def smallnorb_splits(args, batch_size, drop_remainder=False):
+def smallnorb_splits(args, batch_size, drop_remainder=False, recipe="hinton"):
     """The examples' `load_data` for smallNORB: (train, validation, test) batches.
 
     The validation data, the last `args.validation_fraction` of the
     training split (`None` at 0), is prepared like the test data (centre
-    crop, no shuffle).
+    crop, no shuffle). `recipe`: as for `smallnorb`.
     """
     train_split, validation_split = train_validation_splits(args.validation_fraction)
 
     def load(split, training):
-        return smallnorb(split, batch_size, training, args.data_dir, drop_remainder=drop_remainder)
+        return smallnorb(
+            split,
+            batch_size,
+            training,
+            args.data_dir,
+            drop_remainder=drop_remainder,
+            recipe=recipe,
+        )
 
     validation = None if validation_split is None else load(validation_split, False)
     return load(train_split, True), validation, load("test", False)

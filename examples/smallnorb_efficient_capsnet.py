@@ -1,19 +1,29 @@
 """
 Title: Efficient-CapsNet on smallNORB
-Description: Efficient-CapsNet with self-attention routing on stereo smallNORB, trained with `model.fit`.
+Description: Mazzia et al.'s smallNORB Efficient-CapsNet with self-attention routing, trained with `model.fit` on their recipe.
 Reference: Mazzia, Salvetti & Chiaberge, "Efficient-CapsNet: capsule network with self-attention routing", Scientific Reports 11, 2021.
 
 smallNORB (TFDS `smallnorb`): 5 toy categories photographed by a stereo
-camera pair; both images become the 2 channels of the input. Following
-Hinton et al. (2018), images are resized to 48x48, randomly cropped to
-32x32 with random brightness and contrast for training (centre crop for
-testing, and for the validation data: the last 10 % of the training split,
-`--validation-fraction`) and standardised per image. The model is
-`keras_capsules.models.EfficientCapsNet((32, 32, 2), 5)` with a linear
-decoder output (the inputs are standardised, not in [0, 1]). Optimiser:
-Adam (5e-4), learning rate x 0.97 each epoch, batch 16.
+camera pair; both images become the 2 channels of the input. The authors'
+published recipe (EscVM/Efficient-CapsNet, `config.json` and
+`utils/pre_process_smallnorb.py`): each 96x96 channel standardised per
+image, resized to 64x64, then a random 48x48 crop with random brightness
+(max_delta 2.0) and contrast (0.5-1.5) for training, the centre crop for
+testing (and for the validation data: the last 10 % of the training split,
+`--validation-fraction`). The model is their smallNORB architecture,
+`keras_capsules.models.EfficientCapsNet(architecture="smallnorb")` (48x48x2,
+5 classes, instance normalization, their generator as the decoder, sigmoid
+output as theirs); loss: margin loss + 0.392 x the reconstruction's mean
+squared error. Optimiser: Adam (5e-4), learning rate x 0.97 each epoch,
+batch 16, 150 epochs.
 
-    KERAS_BACKEND=jax python examples/smallnorb_efficient_capsnet.py --epochs 100
+    KERAS_BACKEND=jax python examples/smallnorb_efficient_capsnet.py
+
+On TensorFlow on CPU, `--jit-compile false` trains this architecture faster
+than XLA does (0.9 s against 1.6 s per step of 16 on 2 cores).
+
+Their released weights load into the same model:
+`model.load_authors_weights("efficient_capsnet_SMALLNORB.h5")`.
 
 Writes training_log.csv, metrics.json, model.keras and figures to
 --output-dir (default runs/smallnorb_efficient_capsnet).
@@ -29,14 +39,12 @@ from keras_capsules.models import EfficientCapsNet
 
 def build_model(args):
     return EfficientCapsNet(
-        (32, 32, 2),
-        len(data.SMALLNORB_CLASSES),
-        router=args.router,
-        decoder_activation="linear",
+        num_classes=len(data.SMALLNORB_CLASSES), router=args.router, architecture="smallnorb"
     )
 
 
-load_data = data.smallnorb_splits
+def load_data(args, batch_size, drop_remainder=False):
+    return data.smallnorb_splits(args, batch_size, drop_remainder, recipe="efficient_capsnet")
 
 
 def make_optimizer(args, steps_per_epoch):
@@ -54,10 +62,9 @@ def main(argv=None):
         load_data,
         make_optimizer,
         figures.capsule_figures(class_names=data.SMALLNORB_CLASSES),
-        epochs=100,
+        epochs=150,
         batch_size=16,
         argv=argv,
-        xla_on_cpu=True,  # measured faster on TF CPU for this model (common.py)
     )
 
 

@@ -7,8 +7,13 @@ their weights (`load_authors_weights`).
 - `torch_zip.read_state_dict(path)`: a PyTorch state dict (`.pt`), zip or
   legacy layout, without torch.
 - `keras_h5.read_weights(path)`: a Keras 2 HDF5 weights file (`.h5`).
-- `heinsen.heinsen_weights(state_dict)`: Heinsen's smallNORB classifier's
-  state dict in `HeinsenCapsNet`'s names and layouts.
+
+The maps of authors' names and layouts into ours (NumPy only, too):
+
+- `escvm.smallnorb_weights(weights)`: Mazzia et al.'s released smallNORB
+  Efficient-CapsNet, for `EfficientCapsNet(architecture="smallnorb")`.
+- `heinsen.heinsen_weights(state_dict)`: Heinsen's released smallNORB
+  classifier, for `HeinsenCapsNet`.
 """
 
-from keras_capsules.convert import heinsen, keras_h5, torch_zip
+from keras_capsules.convert import escvm, heinsen, keras_h5, torch_zip

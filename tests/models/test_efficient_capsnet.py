@@ -1,12 +1,14 @@
 """EfficientCapsNet and its DepthwisePrimaryCapsule: the paper's size, mixed
 precision, the dtype policy through saving, the layer's conventions."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
 
 from keras_capsules.models import DepthwisePrimaryCapsule, EfficientCapsNet
-from tests.models.test_base import batch, check_policy_round_trip, tiny_efficient
+from tests.models.test_base import batch, check_policy_round_trip, round_trip, tiny_efficient
 from tests.test_case import LayerTestCase, jit_compile_for_backend, to_numpy
 
 
@@ -82,3 +84,78 @@ class TestDepthwisePrimaryCapsule(LayerTestCase):
             if "regularizer" not in k and "constraint" not in k and k != "bias_initializer"
         }
         assert DepthwisePrimaryCapsule.from_config(old).get_config() == config
+
+
+# ------------------------------------------------- the smallNORB architecture
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+AUTHORS_WEIGHTS = os.path.join(
+    os.environ.get("KERAS_CAPSULES_WEIGHTS_DIR", os.path.join(ROOT, "..", "shared", "weights")),
+    "escvm_efficient_capsnet_SMALLNORB.h5",
+)
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "escvm_efficient_capsnet_smallnorb.npz")
+
+
+def test_smallnorb_architecture_is_the_authors():
+    model = EfficientCapsNet(architecture="smallnorb")
+    assert model.image_shape == (48, 48, 2) and model.num_classes == 5
+    assert model.decoder_units == (64, 128, 128)
+    # Their model's trainable weights without the generator (instance norms' included).
+    assert model.count_encoder_params() == 151_664
+    assert model.count_params() == 151_664 + 229_570  # + the generator
+    assert model.decoder.compute_output_shape((None, 80)) == (None, 48, 48, 2)
+    assert tuple(model.features.output.shape) == (None, 16, 8)
+
+
+def test_config_without_architecture_is_the_mnist_model():
+    config = tiny_efficient().get_config()
+    assert config["architecture"] == "mnist"
+    old = {k: v for k, v in config.items() if k != "architecture"}  # saved before it existed
+    assert EfficientCapsNet.from_config(old).get_config() == config
+
+
+def test_smallnorb_architecture_fits_and_round_trips():
+    model = EfficientCapsNet((24, 24, 2), 3, architecture="smallnorb")
+    model.compile(jit_compile=jit_compile_for_backend(xla_on_tensorflow=False))
+    images, labels = batch(model.image_shape)
+    loss = model.fit(images, labels, batch_size=8, verbose=0).history["loss"]
+    assert np.all(np.isfinite(loss))
+    loaded = round_trip(model)
+    assert loaded.get_config() == model.get_config()
+    for a, b in zip(loaded.weights, model.weights):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b), err_msg=b.path)
+    # Compiled (predict): an eager first call on JAX costs seconds, op by op.
+    np.testing.assert_allclose(
+        loaded.predict(images, verbose=0), model.predict(images, verbose=0), atol=1e-6
+    )
+
+
+def test_smallnorb_architecture_refuses_small_images():
+    with pytest.raises(ValueError, match="at least 24x24"):
+        EfficientCapsNet((20, 20, 2), 5, architecture="smallnorb")
+    with pytest.raises(ValueError, match="multiples of 8"):
+        EfficientCapsNet((28, 28, 2), 5, architecture="smallnorb")
+    with pytest.raises(ValueError, match="architecture"):
+        EfficientCapsNet(architecture="cifar")
+
+
+@pytest.mark.skipif(
+    not os.path.exists(AUTHORS_WEIGHTS),
+    reason=f"the authors' weights are not at {AUTHORS_WEIGHTS} (KERAS_CAPSULES_WEIGHTS_DIR)",
+)
+def test_authors_weights_give_the_float64_reference():
+    """The released weights in our model give what the authors' layers give,
+    computed in float64 NumPy (tests/fixtures/README.md)."""
+    expected = np.load(FIXTURE)
+    model = EfficientCapsNet(architecture="smallnorb")
+    model.load_authors_weights(AUTHORS_WEIGHTS)
+    # One compiled pass (predict) for the scores, poses and argmax-masked reconstruction.
+    images = keras.Input((48, 48, 2))
+    poses = model.digit_capsules(model.features(images))
+    probe = keras.Model(images, [model.scores(poses), poses, model.decoder(model.mask(poses))])
+    outputs = probe.predict(expected["images"], verbose=0)
+    for name, value in zip(["scores", "poses", "reconstruction"], outputs):
+        reference = expected[name]
+        error = np.abs(value - reference).max() / np.abs(reference).max()
+        assert error < 1e-4, (name, error)
+    np.testing.assert_array_equal(outputs[0].argmax(1), expected["scores"].argmax(1))
