@@ -9,3 +9,4 @@ from keras_capsules.models.capsule_model import CapsuleModel
 from keras_capsules.models.efficient_capsnet import EfficientCapsNet
 from keras_capsules.models.heinsen_capsnet import HeinsenCapsNet
 from keras_capsules.models.matrix_capsnet import MatrixCapsNet
+from keras_capsules.models.presets import from_preset, list_presets

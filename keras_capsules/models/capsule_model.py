@@ -104,6 +104,38 @@ class CapsuleModel(keras.Model):
         # Keras's attribute tracking, which torch.compile traces as is.
         object.__setattr__(self, "_poses_wanted", [0])
 
+    # Presets: the authors' released weights (keras_capsules.models.presets).
+
+    @classmethod
+    def from_preset(cls, preset, weights=None, cache_dir=None):
+        """This model with its authors' released weights
+        (`keras_capsules.models.from_preset`, restricted to this class).
+
+        Args:
+            preset: a name of `cls.list_presets()`, or a `.keras` file.
+            weights: a local copy of the authors' file, or `None` to
+                download it.
+            cache_dir: the download cache (default `~/.keras`).
+
+        Returns:
+            the model with the weights loaded.
+        """
+        from keras_capsules.models import presets  # it imports the ready models
+
+        return presets.from_preset(preset, weights, cache_dir, model_class=cls)
+
+    @classmethod
+    def list_presets(cls):
+        """The presets of this class: name -> source, license, accuracy, parameters."""
+        from keras_capsules.models import presets
+
+        return presets.list_presets(model_class=cls)
+
+    def load_authors_weights(self, path):
+        """Loads the weights file the model's authors released (the ready
+        models with a preset implement it)."""
+        raise NotImplementedError(f"{type(self).__name__} has no authors' weights to load.")
+
     # The forward pass.
 
     def scores_and_poses(self, images, training=None):

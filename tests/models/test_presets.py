@@ -1,0 +1,65 @@
+"""The preset registry and `from_preset`'s checks of what it is given.
+
+The presets' outputs against the authors' are tested beside each model
+(tests/models/test_heinsen_capsnet.py, tests/models/test_efficient_capsnet.py).
+"""
+
+import pathlib
+
+import pytest
+
+from keras_capsules import models
+from keras_capsules.models import presets
+
+FIELDS = {"url", "sha256", "license", "source", "paper", "paper_accuracy", "parameters"}
+
+
+def test_list_presets_names_source_license_accuracy():
+    listed = models.list_presets()
+    assert set(listed) == {"heinsen_smallnorb", "efficient_capsnet_smallnorb"}
+    for name, info in listed.items():
+        assert FIELDS <= set(info), name
+        assert len(info["sha256"]) == 64 and info["url"].startswith("https://github.com/")
+        assert info["source"].split("@")[1] in info["url"]  # pinned at the commit
+    listed["heinsen_smallnorb"]["license"] = "changed"
+    assert models.list_presets()["heinsen_smallnorb"]["license"] == "MIT"
+
+
+def test_class_list_presets_keeps_its_own():
+    assert set(models.EfficientCapsNet.list_presets()) == {"efficient_capsnet_smallnorb"}
+    assert models.CapsNet.list_presets() == {}
+
+
+def test_unknown_preset_names_the_valid_ones():
+    with pytest.raises(ValueError, match="heinsen_smallnorb.*Received: preset='capsnet_mnist'"):
+        models.from_preset("capsnet_mnist")
+    with pytest.raises(ValueError, match="Received: preset=3"):
+        models.from_preset(3)
+
+
+def test_weights_that_are_not_the_authors_file_are_refused(tmp_path):
+    other = tmp_path / "efficient_capsnet_SMALLNORB.h5"
+    other.write_bytes(b"fine-tuned elsewhere")
+    with pytest.raises(ValueError, match="unchanged efficient_capsnet_SMALLNORB.h5.*sha256"):
+        models.from_preset("efficient_capsnet_smallnorb", weights=other)
+    with pytest.raises(ValueError, match="not a file"):
+        models.from_preset("heinsen_smallnorb", weights=tmp_path / "absent.pt")
+
+
+def test_preset_of_another_class_is_refused():
+    with pytest.raises(ValueError, match="is a HeinsenCapsNet, not a EfficientCapsNet"):
+        models.EfficientCapsNet.from_preset("heinsen_smallnorb")
+
+
+def test_download_checks_the_pinned_hash(tmp_path, monkeypatch):
+    # A file:// origin stands in for GitHub: get_file downloads and checks it.
+    fake = tmp_path / "smallNORB_pretrained_model_state_dict.pt"
+    fake.write_bytes(b"not the authors' file")
+    spec = presets.PRESETS["heinsen_smallnorb"]
+    monkeypatch.setitem(
+        presets.PRESETS,
+        spec.name,
+        presets.dataclasses.replace(spec, url=pathlib.Path(fake).as_uri()),
+    )
+    with pytest.raises(ValueError, match="(?i)hash"):
+        models.from_preset("heinsen_smallnorb", cache_dir=str(tmp_path / "cache"))
