@@ -47,6 +47,21 @@ def real_mnist_dir():
     return None
 
 
+# The authors' released weights files (tests that need them skip without):
+# `$KERAS_CAPSULES_WEIGHTS_DIR`, else `../shared/weights` beside the checkout.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WEIGHTS_DIR = os.environ.get(
+    "KERAS_CAPSULES_WEIGHTS_DIR", os.path.join(_CHECKOUT, "..", "shared", "weights")
+)
+
+
+def authors_weights(file_name):
+    """`(path, skipif mark)` of an authors' weights file in `WEIGHTS_DIR`."""
+    path = os.path.join(WEIGHTS_DIR, file_name)
+    reason = f"the authors' weights are not at {path} (set KERAS_CAPSULES_WEIGHTS_DIR)"
+    return path, pytest.mark.skipif(not os.path.exists(path), reason=reason)
+
+
 @contextlib.contextmanager
 def exclusive(lock_path):
     """Holds an exclusive file lock: the first pytest-xdist process to need a

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import keras_capsules as kc
-from tests.conftest import BACKEND, real_mnist_dir
+from tests.conftest import BACKEND, authors_weights, real_mnist_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -585,3 +585,40 @@ def test_heinsen_edge_padding_and_mixup():
     assert tuple(mixed.shape) == (6, 4, 4, 2) and tuple(targets.shape) == (6, 5)
     np.testing.assert_allclose(targets.numpy().sum(-1), 1.0, rtol=1e-6)
     assert mixed.numpy().min() >= 0 and mixed.numpy().max() <= 1
+
+
+@same_on_every_backend
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: kc.models.HeinsenCapsNet(parts=4, channels=8),
+        lambda: kc.models.EfficientCapsNet(architecture="smallnorb"),
+    ],
+    ids=["heinsen", "efficient_capsnet"],
+)
+def test_evaluate_preset_on_mock_smallnorb(build, tmp_path):
+    # A saved model of a preset's class stands in for the authors' file,
+    # which needs a download; tests/models/test_*.py check the real ones.
+    model = build()
+    path = str(tmp_path / "fine_tuned.keras")
+    model.save(path)
+    metrics = example("evaluate_preset").main(
+        ["--preset", path, "--smoke", "--output-dir", str(tmp_path)]
+    )
+    assert read_metrics(tmp_path) == metrics
+    assert metrics["model"] == type(model).__name__ and metrics["test_examples"] == 8
+    assert 0 <= metrics["test_accuracy"] <= 1 and len(metrics["per_class_accuracy"]) == 5
+
+
+ESCVM_WEIGHTS, needs_escvm_weights = authors_weights("escvm_efficient_capsnet_SMALLNORB.h5")
+
+
+@same_on_every_backend
+@needs_escvm_weights
+def test_evaluate_preset_with_the_authors_weights_on_mock_smallnorb(tmp_path):
+    path = ESCVM_WEIGHTS
+    metrics = example("evaluate_preset").main(
+        ["--preset", "efficient_capsnet_smallnorb", "--weights", path, "--smoke"]
+        + ["--output-dir", str(tmp_path)]
+    )
+    assert metrics["parameters"] == 381_234 and metrics["test_examples"] == 8

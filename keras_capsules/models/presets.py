@@ -41,7 +41,8 @@ class Preset:
     paper: str
     #: test accuracy (%) the paper reports for these weights' model.
     paper_accuracy: float
-    #: `model.count_params()` of the converted model.
+    #: `model.count_params()` of the converted model (decoder and BatchNorm
+    #: statistics included).
     parameters: int
 
     @property
@@ -76,7 +77,7 @@ PRESETS = {
             paper='Heinsen, "An Algorithm for Routing Capsules in All Domains", 2019 '
             "(arXiv:1911.00792)",
             paper_accuracy=99.1,
-            parameters=0,  # set when the model lands
+            parameters=272_592,
         ),
         Preset(
             name="efficient_capsnet_smallnorb",
@@ -99,7 +100,7 @@ PRESETS = {
             paper='Mazzia, Salvetti & Chiaberge, "Efficient-CapsNet: capsule network with '
             'self-attention routing", Scientific Reports 11, 2021',
             paper_accuracy=97.46,
-            parameters=0,  # set when the model lands
+            parameters=381_234,
         ),
     )
 }

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from keras_capsules.models import DepthwisePrimaryCapsule, EfficientCapsNet
+from tests.conftest import authors_weights
 from tests.models.test_base import batch, check_policy_round_trip, round_trip, tiny_efficient
 from tests.test_case import LayerTestCase, jit_compile_for_backend, to_numpy
 
@@ -89,10 +90,7 @@ class TestDepthwisePrimaryCapsule(LayerTestCase):
 # ------------------------------------------------- the smallNORB architecture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-AUTHORS_WEIGHTS = os.path.join(
-    os.environ.get("KERAS_CAPSULES_WEIGHTS_DIR", os.path.join(ROOT, "..", "shared", "weights")),
-    "escvm_efficient_capsnet_SMALLNORB.h5",
-)
+AUTHORS_WEIGHTS, needs_authors_weights = authors_weights("escvm_efficient_capsnet_SMALLNORB.h5")
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "escvm_efficient_capsnet_smallnorb.npz")
 
 
@@ -139,10 +137,7 @@ def test_smallnorb_architecture_refuses_small_images():
         EfficientCapsNet(architecture="cifar")
 
 
-@pytest.mark.skipif(
-    not os.path.exists(AUTHORS_WEIGHTS),
-    reason=f"the authors' weights are not at {AUTHORS_WEIGHTS} (KERAS_CAPSULES_WEIGHTS_DIR)",
-)
+@needs_authors_weights
 def test_authors_weights_give_the_float64_reference():
     """The released weights in our model give what the authors' layers give,
     computed in float64 NumPy (tests/fixtures/README.md)."""

@@ -7,16 +7,15 @@ import tempfile
 
 import keras
 import numpy as np
-import pytest
 
 import keras_capsules as kc
 from keras_capsules.convert.heinsen import heinsen_mapping
+from tests.conftest import authors_weights
 from tests.test_case import BACKEND, jit_compile_for_backend, to_numpy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WEIGHTS = os.path.join(
-    os.environ.get("KERAS_CAPSULES_WEIGHTS_DIR", os.path.join(ROOT, "..", "shared", "weights")),
-    "heinsen2019_smallNORB_pretrained_model_state_dict.pt",
+WEIGHTS, needs_authors_weights = authors_weights(
+    "heinsen2019_smallNORB_pretrained_model_state_dict.pt"
 )
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "heinsen_smallnorb.npz")
 # (32, 32) images: a 1 x 1 grid of parts after the six convolutions.
@@ -144,10 +143,7 @@ def test_the_authors_layout_from_a_synthetic_state_dict():
     np.testing.assert_allclose(variances, sig2, rtol=1e-4, atol=1e-4 * np.abs(sig2).max())
 
 
-@pytest.mark.skipif(
-    not os.path.exists(WEIGHTS),
-    reason=f"the author's released weights are not at {WEIGHTS} (set KERAS_CAPSULES_WEIGHTS_DIR)",
-)
+@needs_authors_weights
 def test_the_authors_weights_give_his_outputs():
     fixture = np.load(FIXTURE)
     model = kc.HeinsenCapsNet()

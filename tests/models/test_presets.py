@@ -10,6 +10,7 @@ import pytest
 
 from keras_capsules import models
 from keras_capsules.models import presets
+from tests.conftest import BACKEND
 
 FIELDS = {"url", "sha256", "license", "source", "paper", "paper_accuracy", "parameters"}
 
@@ -63,3 +64,11 @@ def test_download_checks_the_pinned_hash(tmp_path, monkeypatch):
     )
     with pytest.raises(ValueError, match="(?i)hash"):
         models.from_preset("heinsen_smallnorb", cache_dir=str(tmp_path / "cache"))
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="the same numbers on every backend: run on torch")
+@pytest.mark.parametrize("name", sorted(presets.PRESETS))
+def test_listed_parameters_are_the_models(name):
+    spec = presets.PRESETS[name]
+    model = getattr(models, spec.model)(**spec.config)
+    assert model.count_params() == spec.parameters
