@@ -4,13 +4,16 @@ The presets' outputs against the authors' are tested beside each model
 (tests/models/test_heinsen_capsnet.py, tests/models/test_efficient_capsnet.py).
 """
 
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
 from keras_capsules import models
 from keras_capsules.models import presets
-from tests.conftest import BACKEND
+from tests.conftest import BACKEND, authors_weights
 
 FIELDS = {"url", "sha256", "license", "source", "paper", "paper_accuracy", "parameters"}
 
@@ -72,3 +75,37 @@ def test_listed_parameters_are_the_models(name):
     spec = presets.PRESETS[name]
     model = getattr(models, spec.model)(**spec.config)
     assert model.count_params() == spec.parameters
+
+
+HEINSEN_WEIGHTS, needs_heinsen_weights = authors_weights(
+    "heinsen2019_smallNORB_pretrained_model_state_dict.pt"
+)
+WITHOUT_TORCH = """
+import sys
+sys.modules["torch"] = None  # any import of torch now fails
+import numpy as np
+import keras_capsules as kc
+fixture = np.load(sys.argv[2])
+model = kc.models.from_preset("heinsen_smallnorb", weights=sys.argv[1])
+scores = model.predict((fixture["images"] / 255.0).astype("float32"), verbose=0)
+error = np.abs(scores - fixture["a_out"]).max() / np.abs(fixture["a_out"]).max()
+assert error < 1e-4 and (scores.argmax(-1) == fixture["a_out"].argmax(-1)).all(), error
+print("torch absent, max difference", error)
+"""
+
+
+@pytest.mark.skipif(
+    BACKEND != "tensorflow", reason="torch-free loading is backend code: once, without torch"
+)
+@needs_heinsen_weights
+def test_the_pytorch_preset_loads_without_torch():
+    root = pathlib.Path(__file__).resolve().parents[2]
+    fixture = root / "tests" / "fixtures" / "heinsen_smallnorb.npz"
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH, HEINSEN_WEIGHTS, str(fixture)],
+        env=dict(os.environ, KERAS_BACKEND=BACKEND, PYTHONPATH=str(root)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and "torch absent" in result.stdout, result.stderr[-3000:]
