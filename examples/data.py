@@ -341,74 +341,6 @@ def _efficient_capsnet_test(image, label):
     return tf.image.crop_to_bounding_box(image, offset, offset, patch, patch), label
 
 
-SMALLNORB_RECIPES = {
-    # recipe -> (per example, training, test)
-    "hinton": (_smallnorb_pair, _smallnorb_train, _smallnorb_test),
-    "efficient_capsnet": (
-        _efficient_capsnet_pair,
-        _efficient_capsnet_train,
-        _efficient_capsnet_test,
-    ),
-}
-
-
-def smallnorb(
-    split,
-    batch_size,
-    training=None,
-    data_dir=None,
-    download=True,
-    shuffle_buffer=10_000,
-    drop_remainder=False,
-    recipe="hinton",
-):
-    """smallNORB `(standardised stereo image, category)` batches.
-
-    `recipe="hinton"`, 32x32x2 (Hinton et al., 2018): 48x48, then a
-    random 32x32 crop with random brightness and contrast for training,
-    the centre crop for testing, per-image standardisation.
-    `recipe="efficient_capsnet"`, 48x48x2 (Mazzia et al., 2021): each
-    channel standardised per image, 64x64, then a random 48x48 crop with
-    random brightness (max_delta 2.0) and contrast (0.5-1.5) for
-    training, the centre crop for testing. `training` (the random crop
-    and colour changes, shuffled) defaults to `split == "train"`; pass it
-    for slices.
-    """
-    if recipe not in SMALLNORB_RECIPES:
-        raise ValueError(
-            f"Unknown smallNORB recipe: expected one of {sorted(SMALLNORB_RECIPES)}. "
-            f"Received: recipe={recipe!r}"
-        )
-    pair, train, test = SMALLNORB_RECIPES[recipe]
-    training = split == "train" if training is None else training
-    ds = load_split("smallnorb", split, data_dir, download).map(pair, AUTOTUNE)
-    ds = ds.map(train if training else test, AUTOTUNE)
-    return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
-
-
-def smallnorb_splits(args, batch_size, drop_remainder=False, recipe="hinton"):
-    """The examples' `load_data` for smallNORB: (train, validation, test) batches.
-
-    The validation data, the last `args.validation_fraction` of the
-    training split (`None` at 0), is prepared like the test data (centre
-    crop, no shuffle). `recipe`: as for `smallnorb`.
-    """
-    train_split, validation_split = train_validation_splits(args.validation_fraction)
-
-    def load(split, training):
-        return smallnorb(
-            split,
-            batch_size,
-            training,
-            args.data_dir,
-            drop_remainder=drop_remainder,
-            recipe=recipe,
-        )
-
-    validation = None if validation_split is None else load(validation_split, False)
-    return load(train_split, True), validation, load("test", False)
-
-
 # Heinsen (2019): the full 96x96 stereo pairs in [0, 1]; for training a
 # random 96x96 crop of the pair padded by 16 edge pixels, and mixup.
 HEINSEN_PADDING = 16
@@ -450,7 +382,28 @@ def mixup(images, labels, num_classes, alpha=(0.2, 0.2)):
     return mixed, targets
 
 
-def smallnorb_full(
+def _heinsen_test(image, label):
+    return image, label
+
+
+def _heinsen_mixup(images, labels):
+    return mixup(images, labels, len(SMALLNORB_CLASSES), (0.2, 0.2))
+
+
+SMALLNORB_RECIPES = {
+    # recipe -> (per example, training, test, per training batch)
+    "hinton": (_smallnorb_pair, _smallnorb_train, _smallnorb_test, None),
+    "efficient_capsnet": (
+        _efficient_capsnet_pair,
+        _efficient_capsnet_train,
+        _efficient_capsnet_test,
+        None,
+    ),
+    "heinsen": (_smallnorb_full_pair, _heinsen_crop, _heinsen_test, _heinsen_mixup),
+}
+
+
+def smallnorb(
     split,
     batch_size,
     training=None,
@@ -458,33 +411,60 @@ def smallnorb_full(
     download=True,
     shuffle_buffer=10_000,
     drop_remainder=False,
-    mixup_alpha=(0.2, 0.2),
+    recipe="hinton",
 ):
-    """smallNORB `(96x96x2 stereo image in [0, 1], category)` batches, as
-    Heinsen (2019) trained and tested: for training (`training`, default
-    `split == "train"`) a random 96x96 crop after 16 pixels of edge padding,
-    shuffled, and mixup with `Beta(*mixup_alpha)` (labels then soft one-hot;
-    `mixup_alpha=None`: none); the test images unchanged."""
+    """smallNORB `(stereo image, category)` batches, each paper's way.
+
+    `recipe="hinton"`, 32x32x2 (Hinton et al., 2018): 48x48, then a
+    random 32x32 crop with random brightness and contrast for training,
+    the centre crop for testing, per-image standardisation.
+    `recipe="efficient_capsnet"`, 48x48x2 (Mazzia et al., 2021): each
+    channel standardised per image, 64x64, then a random 48x48 crop with
+    random brightness (max_delta 2.0) and contrast (0.5-1.5) for
+    training, the centre crop for testing.
+    `recipe="heinsen"`, 96x96x2 in [0, 1] (Heinsen, 2019): the whole pair;
+    for training a random 96x96 crop after 16 pixels of edge padding and,
+    per batch, mixup with `Beta(0.2, 0.2)` (the labels then soft one-hot).
+    `training` (the random changes, shuffled) defaults to
+    `split == "train"`; pass it for slices.
+    """
+    if recipe not in SMALLNORB_RECIPES:
+        raise ValueError(
+            f"Unknown smallNORB recipe: expected one of {sorted(SMALLNORB_RECIPES)}. "
+            f"Received: recipe={recipe!r}"
+        )
+    pair, train, test, train_batch = SMALLNORB_RECIPES[recipe]
     training = split == "train" if training is None else training
-    ds = load_split("smallnorb", split, data_dir, download).map(_smallnorb_full_pair, AUTOTUNE)
-    if training:
-        ds = ds.map(_heinsen_crop, AUTOTUNE)
-    ds = _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
-    if training and mixup_alpha is not None:
-        classes = len(SMALLNORB_CLASSES)
-        ds = ds.map(lambda x, y: mixup(x, y, classes, mixup_alpha), AUTOTUNE)
+    ds = load_split("smallnorb", split, data_dir, download).map(pair, AUTOTUNE)
+    ds = _finish(
+        ds.map(train if training else test, AUTOTUNE),
+        batch_size,
+        training,
+        shuffle_buffer,
+        drop_remainder,
+    )
+    if training and train_batch is not None:
+        ds = ds.map(train_batch, AUTOTUNE)
     return ds
 
 
-def smallnorb_full_splits(args, batch_size, drop_remainder=False):
-    """`load_data` of examples/smallnorb_heinsen_capsnet.py: (train,
-    validation, test) batches of `smallnorb_full`; the validation data is
-    prepared like the test data."""
+def smallnorb_splits(args, batch_size, drop_remainder=False, recipe="hinton"):
+    """The examples' `load_data` for smallNORB: (train, validation, test) batches.
+
+    The validation data, the last `args.validation_fraction` of the
+    training split (`None` at 0), is prepared like the test data (centre
+    crop, no shuffle). `recipe`: as for `smallnorb`.
+    """
     train_split, validation_split = train_validation_splits(args.validation_fraction)
 
     def load(split, training):
-        return smallnorb_full(
-            split, batch_size, training, args.data_dir, drop_remainder=drop_remainder
+        return smallnorb(
+            split,
+            batch_size,
+            training,
+            args.data_dir,
+            drop_remainder=drop_remainder,
+            recipe=recipe,
         )
 
     validation = None if validation_split is None else load(validation_split, False)

@@ -40,15 +40,16 @@ def test_data(model, batch_size, data_dir):
     import data
 
     if isinstance(model, HeinsenCapsNet):
-        return data.smallnorb_full("test", batch_size, training=False, data_dir=data_dir)
-    if isinstance(model, EfficientCapsNet) and model.architecture == "smallnorb":
-        return data.smallnorb(
-            "test", batch_size, training=False, data_dir=data_dir, recipe="efficient_capsnet"
+        recipe = "heinsen"
+    elif isinstance(model, EfficientCapsNet) and model.architecture == "smallnorb":
+        recipe = "efficient_capsnet"
+    else:
+        raise SystemExit(
+            f"No smallNORB preprocessing is known for a {type(model).__name__}: --preset must be "
+            f"one of {', '.join(sorted(list_presets()))} or a .keras file of one of their "
+            "models."
         )
-    raise SystemExit(
-        f"No smallNORB preprocessing is known for a {type(model).__name__}: --preset must be "
-        f"one of {', '.join(sorted(list_presets()))} or a .keras file of one of their models."
-    )
+    return data.smallnorb("test", batch_size, training=False, data_dir=data_dir, recipe=recipe)
 
 
 def evaluate(model, dataset, num_classes):

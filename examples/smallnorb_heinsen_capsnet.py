@@ -54,7 +54,8 @@ def build_model(args):
     )
 
 
-load_data = data.smallnorb_full_splits
+def load_data(args, batch_size, drop_remainder=False):
+    return data.smallnorb_splits(args, batch_size, drop_remainder, recipe="heinsen")
 
 
 def make_optimizer(args, steps_per_epoch):
