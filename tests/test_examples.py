@@ -73,8 +73,11 @@ def assert_validated(output_dir):
 # EfficientCapsNet too) only in their tf.data pipelines: on TensorFlow and
 # JAX their smoke runs add time, not coverage. HeinsenCapsNet's forward and
 # fit are tested on every backend by tests/models/test_heinsen_capsnet.py;
-# its script adds a tf.data pipeline.
+# its script adds a tf.data pipeline. mnist_capsnet's CapsNet fits and
+# round-trips on every backend in tests/models/test_base.py, and its figures
+# are the EfficientCapsNet scripts'.
 ON_TORCH_ONLY = {
+    "mnist_capsnet",
     "mnist_efficient_capsnet",
     "smallnorb_efficient_capsnet",
     "smallnorb_heinsen_capsnet",
@@ -84,7 +87,7 @@ ON_TORCH_ONLY = {
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_smoke_run_writes_every_output(name, tmp_path):
     if name in ON_TORCH_ONLY and BACKEND != "torch":
-        pytest.skip("the same model as multimnist_capsnet's, another tf.data pipeline: on torch")
+        pytest.skip("its model is tested on every backend elsewhere: the script on torch")
     # XLA-compiling the full-size models costs minutes on TF; every layer's
     # XLA train step is covered by its own test.
     jit = ["--jit-compile", "false"] if BACKEND == "tensorflow" else []
@@ -262,6 +265,7 @@ def write_image_folder(root, classes=("circle", "square", "tri"), per_class=5):
             (image.convert("L") if i % 2 else image).save(root / name / f"{i}.png")
 
 
+@same_on_every_backend  # --seeds and the folder pipeline; the model's fit: the smoke runs
 def test_image_folder_with_two_seeds(tmp_path):
     """DIR of class folders -> every output, per seed, and mean +- std over seeds."""
     write_image_folder(tmp_path / "images")
