@@ -296,8 +296,9 @@ def resolve_jit_compile(
       torch.
     - TensorFlow: XLA when `xla_on_cpu` (both CapsNet examples set it:
       they train faster with XLA on CPU), else `"auto"`: XLA on CPU too for
-      the ready models (their `compile`; not under `--distribute`), Keras's
-      own `"auto"`, XLA only with a GPU, for other models.
+      the ready models whose `xla_on_cpu` is `True` (their `compile`; not
+      under `--distribute`), Keras's own `"auto"`, XLA only with a GPU, for
+      other models and the ready models measured slower with XLA.
     - JAX: Keras's `"auto"`, i.e. jit.
     """
     if flag != "auto":

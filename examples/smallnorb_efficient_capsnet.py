@@ -19,8 +19,9 @@ batch 16, 150 epochs.
 
     KERAS_BACKEND=jax python examples/smallnorb_efficient_capsnet.py
 
-On TensorFlow on CPU, `--jit-compile false` trains this architecture faster
-than XLA does (0.9 s against 1.6 s per step of 16 on 2 cores).
+On TensorFlow on CPU this architecture trains faster without XLA (0.26 s
+against 0.46-0.51 s per step of 16 on 2 cores), so `--jit-compile auto`
+leaves XLA off there (`EfficientCapsNet.xla_on_cpu`).
 
 Their released weights load into the same model:
 `model.load_authors_weights("efficient_capsnet_SMALLNORB.h5")`.

@@ -20,7 +20,8 @@ def xla_compile_kwargs(model, jit_compile, kwargs):
 
     `jit_compile="auto"` compiles the train step with XLA on TensorFlow on
     CPU as well, where Keras's own `"auto"` leaves it off: the ready models
-    train 1.2-1.7x faster with it. Not when `run_eagerly`, nor under a
+    train 1.2-1.7x faster with it, where the model says so
+    (`CapsuleModel.xla_on_cpu`). Not when `run_eagerly`, nor under a
     `tf.distribute` strategy (Keras keeps XLA off there), nor where the
     model does not support XLA (then silently, as Keras's `"auto"`).
     Elsewhere `"auto"` is Keras's. After `compile`, every convolving layer
@@ -32,6 +33,7 @@ def xla_compile_kwargs(model, jit_compile, kwargs):
     forced = (
         jit_compile == "auto"
         and backend == "tensorflow"
+        and model.xla_on_cpu
         and cpu_only()
         and not kwargs.get("run_eagerly")
         and not _in_tf_distribute_strategy()

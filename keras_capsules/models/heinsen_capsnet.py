@@ -110,6 +110,9 @@ class HeinsenCapsNet(CapsuleModel):
     """
 
     default_learning_rate = 5e-4
+    # XLA on TensorFlow's CPU: 6.8 s per train step of 20 against 3.4 s
+    # without (2 cores), so `compile(jit_compile="auto")` leaves it off.
+    xla_on_cpu = False
 
     def __init__(
         self,

@@ -339,3 +339,18 @@ def test_decoding_without_a_decoder_says_so():
     for call in (lambda: model.reconstruct(images), lambda: model.decode(np.zeros((2, 3, 4)))):
         with pytest.raises(ValueError, match="Received: reconstruction=False"):
             call()
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="XLA on CPU by default: TensorFlow's question")
+def test_compile_auto_keeps_xla_off_on_cpu_for_models_slower_with_it():
+    """`xla_on_cpu = False` (HeinsenCapsNet, the smallNORB Efficient-CapsNet):
+    "auto" is Keras's own "auto", no XLA on TensorFlow's CPU."""
+    keras_auto = keras_auto_jit_compile()
+    for model in (
+        kc.models.HeinsenCapsNet((32, 32, 2), 3, parts=2, channels=4),
+        kc.models.EfficientCapsNet((24, 24, 2), 3, architecture="smallnorb"),
+    ):
+        assert model.xla_on_cpu is False
+        model.compile()
+        assert model.jit_compile == keras_auto, type(model).__name__
+    assert kc.models.EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,)).xla_on_cpu is True
