@@ -7,7 +7,7 @@ on the first `--train-images` MNIST training images and evaluated on the
 first `--test-images` test images. Prints a table and writes
 `readme_usage.json`:
 
-    python examples/readme_usage.py                      # all six routers
+    python examples/readme_usage.py                      # every router
     python examples/readme_usage.py --routers dynamic,em --data-dir DIR
 """
 
