@@ -35,7 +35,7 @@ from keras_capsules.models import EfficientCapsNet, HeinsenCapsNet, from_preset,
 SMOKE_EXAMPLES, SMOKE_BATCH_SIZE = 8, 4
 
 
-def test_data(model, batch_size, data_dir):
+def smallnorb_test_batches(model, batch_size, data_dir):
     """The smallNORB test batches as the model's authors prepared them."""
     import data
 
@@ -94,7 +94,7 @@ def main(argv=None):
         args.batch_size = SMOKE_BATCH_SIZE
     with mock:
         results = evaluate(
-            model, test_data(model, args.batch_size, args.data_dir), model.num_classes
+            model, smallnorb_test_batches(model, args.batch_size, args.data_dir), model.num_classes
         )
     metrics = {
         "preset": args.preset,
