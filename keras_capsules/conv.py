@@ -166,7 +166,8 @@ def set_xla(layer, xla):
     (`resolve_implementation`'s `xla`), of `layer` and of each layer nested
     in it (through models' `layers` and layers' attributes) that is one of
     this library's convolving layers: `keras_capsules.layers.AutoConv2D`
-    (and `StridedConv2D`), `PrimaryCapsule` and `PrimaryMatrixCapsule`.
+    (and `StridedConv2D`), `PrimaryCapsule`, `PrimaryMatrixCapsule`,
+    `LocalCapsule2D` and `LocalDeconvCapsule2D`.
     Other layers are left alone. A runtime setting, never saved; each of
     those layers starts with `xla=None`. The ready models call it from
     `compile`; call it yourself when you compile a model of your own that
@@ -205,8 +206,9 @@ def convolving_layer_classes():
     # Imported here: the layers import this module.
     from keras_capsules.layers.auto_conv2d import AutoConv2D
     from keras_capsules.layers.primary_convolution import PrimaryConvolution
+    from keras_capsules.layers.segmentation_capsule import LocalCapsuleBase
 
-    return (AutoConv2D, PrimaryConvolution)
+    return (AutoConv2D, PrimaryConvolution, LocalCapsuleBase)
 
 
 def _layers_within(layer, seen):
@@ -370,3 +372,89 @@ def conv2d_space_to_depth(x, kernel, strides, padding):
     k = ops.transpose(ops.reshape(k, (bh, sh, bw, sw, cin, cout)), (0, 2, 1, 3, 4, 5))
     k = ops.reshape(k, (bh, bw, sh * sw * cin, cout))
     return ops.conv(x, k, strides=1, padding="valid")
+
+
+def _subpixel_taps(size, kernel, stride, padding):
+    """Per axis of a transposed convolution: the input offsets `lo` and the
+    stride-1 window `taps[r, t]` (kernel index, or `kernel` for a zero tap)
+    of each output phase `r`, and the output and phase-grid lengths."""
+    pad = max(kernel - stride, 0) // 2 if padding == "same" else 0
+    out = size * stride if padding == "same" else (size - 1) * stride + max(kernel, stride)
+    # Output q = m * s + r takes x[m + a - j] * K[b + j * s], r + pad = a * s + b.
+    phases = [divmod(r + pad, stride) for r in range(stride)]
+    lo = min(a - (kernel - b + stride - 1) // stride + 1 for a, b in phases)
+    hi = max(a for a, _ in phases)
+    taps = [
+        [
+            b + (a - d) * stride if 0 <= b + (a - d) * stride < kernel else kernel
+            for d in range(lo, hi + 1)
+        ]
+        for a, b in phases
+    ]
+    return lo, hi, taps, out, -(-out // stride)
+
+
+def conv2d_transpose(x, kernel, strides, padding, implementation="conv"):
+    """`ops.conv_transpose(x, kernel, strides, padding)` (channels last),
+    natively (`"conv"`) or as one stride-1 convolution of every output
+    phase at once (any other `implementation`, which then computes that
+    convolution: see `conv2d`).
+
+    A transposed convolution with strides `s` is, for each output phase
+    `r` (`q = m * s + r` on an axis), a stride-1 convolution of `x` with
+    the kernel taps that land on `r`. Those `s * s` small kernels, zero-
+    padded to one window, are the output channels of one convolution
+    whose result is rearranged from depth to space (sub-pixel
+    convolution). Its gradients are stride-1 convolutions' too, which XLA
+    on CPU computes far faster than the gradient of a transposed one.
+
+    Args:
+        x: images `(batch, H, W, C_in)`, `H` and `W` known.
+        kernel: `(kh, kw, C_out, C_in)`, as `ops.conv_transpose`.
+        strides: a pair of ints.
+        padding: `"valid"` or `"same"`.
+        implementation: `"conv"` (native), or `"matmul"`, `"hybrid"`,
+            `"space_to_depth"` for the sub-pixel form's convolution.
+
+    Returns:
+        `(batch, H', W', C_out)`, as `ops.conv_transpose`.
+
+    Example:
+
+    >>> from keras_capsules.conv import conv2d_transpose
+    >>> x, k = keras.random.normal((1, 5, 4, 3)), keras.random.normal((4, 4, 2, 3))
+    >>> y = conv2d_transpose(x, k, (2, 2), "same", implementation="matmul")
+    >>> tuple(y.shape)
+    (1, 10, 8, 2)
+    >>> expected = ops.conv_transpose(x, k, strides=(2, 2), padding="same")
+    >>> np.allclose(ops.convert_to_numpy(y), ops.convert_to_numpy(expected), atol=1e-4)
+    True
+    """
+    if implementation == "conv":
+        return ops.conv_transpose(x, kernel, strides=strides, padding=padding)
+    kh, kw, cout, cin = kernel.shape
+    (sh, sw), (h, w) = strides, x.shape[1:3]
+    lo_h, hi_h, taps_h, out_h, grid_h = _subpixel_taps(h, kh, sh, padding)
+    lo_w, hi_w, taps_w, out_w, grid_w = _subpixel_taps(w, kw, sw, padding)
+    # The kernel with a zero tap appended on each axis, gathered into the
+    # (window, window, C_in, phases * C_out) kernel of the stride-1 conv.
+    k = ops.pad(kernel, [(0, 1), (0, 1), (0, 0), (0, 0)])
+    k = ops.take(k, ops.convert_to_tensor(taps_h, "int32"), axis=0)  # (sh, th, kw+1, cout, cin)
+    k = ops.take(k, ops.convert_to_tensor(taps_w, "int32"), axis=2)  # (sh, th, sw, tw, cout, cin)
+    k = ops.transpose(k, (1, 3, 5, 0, 2, 4))
+    k = ops.reshape(k, (hi_h - lo_h + 1, hi_w - lo_w + 1, cin, sh * sw * cout))
+    # Input rows m + lo .. m + hi for the phase grid's m = 0 .. grid - 1.
+    x = x[:, max(lo_h, 0) :, max(lo_w, 0) :]
+    x = ops.pad(
+        x,
+        [
+            (0, 0),
+            (max(-lo_h, 0), max(grid_h - 1 + hi_h - (h - 1), 0)),
+            (max(-lo_w, 0), max(grid_w - 1 + hi_w - (w - 1), 0)),
+            (0, 0),
+        ],
+    )
+    x = x[:, : grid_h + hi_h - lo_h, : grid_w + hi_w - lo_w]
+    y = conv2d(x, k, (1, 1), "valid", implementation)
+    y = ops.transpose(ops.reshape(y, (-1, grid_h, grid_w, sh, sw, cout)), (0, 1, 3, 2, 4, 5))
+    return ops.reshape(y, (-1, grid_h * sh, grid_w * sw, cout))[:, :out_h, :out_w]

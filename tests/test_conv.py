@@ -133,3 +133,27 @@ def test_set_xla_reaches_nested_layers():
     assert not hasattr(cell, "xla")
     # A runtime hint: not in the config.
     assert "xla" not in matrix.network.get_layer("conv").get_config()
+
+
+@pytest.mark.parametrize(
+    "kernel, stride, padding",
+    [
+        (4, 2, "same"),
+        (3, 2, "valid"),
+        (3, 2, "same"),
+        (5, 3, "same"),
+        (4, 3, "valid"),
+        (2, 2, "same"),
+        (1, 1, "same"),
+    ],
+)
+@pytest.mark.parametrize("implementation", ["matmul", "hybrid", "space_to_depth"])
+def test_conv2d_transpose_subpixel_matches_native(kernel, stride, padding, implementation):
+    from keras_capsules.conv import conv2d_transpose
+
+    rng = np.random.default_rng(kernel * 10 + stride)
+    x = rng.normal(size=(2, 5, 4, 3)).astype("float32")
+    k = rng.normal(size=(kernel, kernel, 6, 3)).astype("float32")
+    expected = keras.ops.conv_transpose(x, k, strides=stride, padding=padding)
+    actual = conv2d_transpose(x, k, (stride, stride), padding, implementation)
+    np.testing.assert_allclose(to_numpy(actual), to_numpy(expected), rtol=1e-5, atol=1e-5)

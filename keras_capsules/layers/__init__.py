@@ -15,3 +15,4 @@ from keras_capsules.layers.matrix_capsule import (
     PrimaryMatrixCapsule,
 )
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
+from keras_capsules.layers.segmentation_capsule import LocalCapsule2D, LocalDeconvCapsule2D

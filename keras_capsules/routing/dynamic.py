@@ -98,8 +98,10 @@ class DynamicRouting(Router):
         early = ops.stop_gradient(u) if self.stop_gradient else u
         early_norm = safe_norm(early) if self.agreement == "cosine" else None
         logits = coefficients = None
-        for r in range(self.iterations):
-            last = r == self.iterations - 1
+        # A softmax over one parent is 1 whatever the logits: one pass.
+        iterations = 1 if out_caps == 1 else self.iterations
+        for r in range(iterations):
+            last = r == iterations - 1
             uu = u if last else early
             if logits is None:
                 # softmax(0) is uniform: skip the softmax and one einsum.

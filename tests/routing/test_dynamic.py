@@ -69,3 +69,22 @@ def test_routes_in_float32_under_mixed_policies(policy):
     # Only the final cast to the half dtype loses precision.
     tol = 1e-2 if policy == "mixed_bfloat16" else 1e-3
     np.testing.assert_allclose(to_numpy(poses), expected, rtol=tol, atol=tol)
+
+
+def test_one_parent_needs_one_pass():
+    """A softmax over one parent is 1: every iteration count gives the
+    squashed sum of the votes (and no softmax over a size-1 axis)."""
+    import warnings
+
+    from tests.reference.ops import squash
+
+    votes = np.random.default_rng(3).normal(size=(2, 5, 1, 4)).astype("float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        poses, _ = DynamicRouting(iterations=3)(votes)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(poses),
+        squash(votes.sum(axis=1).astype("float64")),
+        rtol=1e-5,
+        atol=1e-6,
+    )
