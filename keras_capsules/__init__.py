@@ -37,12 +37,15 @@ from keras_capsules.layers import (
     DepthwisePrimaryCapsule,
     HeinsenCapsule,
     Length,
+    LocalCapsule2D,
+    LocalDeconvCapsule2D,
     Mask,
     PrimaryCapsule,
     PrimaryMatrixCapsule,
     StridedConv2D,
 )
-from keras_capsules.losses import MarginLoss, SpreadLoss
+from keras_capsules.losses import MarginLoss, SoftDiceLoss, SpreadLoss, WeightedBinaryCrossentropy
+from keras_capsules.metrics import DiceCoefficient
 from keras_capsules.models import (
     BackboneCapsNet,
     CapsNet,
@@ -50,6 +53,7 @@ from keras_capsules.models import (
     EfficientCapsNet,
     HeinsenCapsNet,
     MatrixCapsNet,
+    SegCaps,
 )
 from keras_capsules.ops import efficient_squash, safe_norm, sparsemax, squash
 from keras_capsules.routing import (

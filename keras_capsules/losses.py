@@ -200,3 +200,199 @@ class SpreadLoss(keras.losses.Loss):
         config = super().get_config()
         config.update(margin=float(ops.convert_to_numpy(self.margin)))
         return config
+
+
+def _check_bool(value, name):
+    """Returns `value` if it is a bool, else raises."""
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return value
+
+
+def _check_segmentation_rank(y_pred, name):
+    """Raises unless `y_pred` is `(batch, ..., classes)` with a spatial axis."""
+    if len(y_pred.shape) < 3:
+        raise ValueError(
+            f"`{name}` expects scores of shape (batch, ..., classes) with at least "
+            f"one spatial axis, such as (batch, height, width, classes). "
+            f"Received: y_pred.shape={tuple(y_pred.shape)}"
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class WeightedBinaryCrossentropy(keras.losses.Loss):
+    """Binary cross-entropy with a weight on the foreground pixels.
+
+    For a mask `y` in {0, 1} and a foreground score `p`, per pixel and
+    class:
+
+    ```
+    l = -(positive_weight * y * log(p) + (1 - y) * log(1 - p))
+    ```
+
+    with `p` clipped to `[epsilon, 1 - epsilon]`, so scores of exactly 0
+    or 1 (capsule lengths of a saturated squash) give finite values and
+    gradients. With `from_logits=True`, `y_pred` holds logits `x`,
+    `p = sigmoid(x)`, and the loss is computed in the numerically stable
+    form of `tf.nn.weighted_cross_entropy_with_logits` (no clipping):
+
+    ```
+    l = (1 - y) * x + (1 + (positive_weight - 1) * y) * softplus(-x)
+    ```
+
+    The loss of one image is the mean of `l` over its pixels and classes
+    (all axes but the batch axis), so `sample_weight` weighs images; the
+    usual Keras `reduction` then reduces over the batch. Computed in
+    float32, also under mixed precision.
+
+    SegCaps sets `positive_weight` to the ratio of background to
+    foreground pixels of the training set, so that the rare foreground
+    counts as much as the background.
+
+    Args:
+        positive_weight: weight of the foreground term, `> 0`;
+            `1.0` is plain binary cross-entropy.
+        from_logits: whether `y_pred` holds logits rather than scores in
+            [0, 1].
+        epsilon: clipping bound of the scores, `0 < epsilon < 0.5`
+            (not used with `from_logits=True`).
+        reduction, name, dtype: as for every `keras.losses.Loss`.
+
+    Call arguments:
+        y_true: masks in {0, 1}, `(batch, height, width, classes)` (any
+            shape `(batch, ...)` works).
+        y_pred: foreground scores (capsule lengths) or logits, of the
+            shape of `y_true`.
+        sample_weight: optional `(batch,)` weights, one per image.
+
+    Returns:
+        the loss, a scalar (or `(batch,)` with `reduction=None`).
+
+    Example (`model.compile(loss=...)` for a model whose outputs are
+    per-pixel capsule lengths):
+
+    >>> loss = keras_capsules.losses.WeightedBinaryCrossentropy(positive_weight=2.0)
+    >>> y_true = np.array([[[[1.0], [0.0]]]])  # one 1 x 2 image, one class
+    >>> y_pred = np.array([[[[0.8], [0.4]]]])
+    >>> # -(2 * log(0.8) + log(0.6)) / 2
+    >>> round(float(ops.convert_to_numpy(loss(y_true, y_pred))), 4)
+    0.4786
+
+    Reference: LaLonde & Bagci, "Capsules for Object Segmentation",
+    arXiv:1804.04241, 2018.
+    """
+
+    def __init__(
+        self,
+        positive_weight=1.0,
+        from_logits=False,
+        epsilon=1e-7,
+        reduction="sum_over_batch_size",
+        name="weighted_binary_crossentropy",
+        dtype=None,
+    ):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.positive_weight = positive_float(positive_weight, "positive_weight")
+        self.from_logits = _check_bool(from_logits, "from_logits")
+        self.epsilon = finite_float(epsilon, "epsilon", 0.0, 0.5, False, False)
+
+    def call(self, y_true, y_pred):
+        y_pred = ops.cast(y_pred, "float32")
+        y_true = ops.cast(y_true, "float32")
+        if self.from_logits:
+            # softplus(-x), stable for logits of either sign.
+            softplus = ops.log1p(ops.exp(-ops.abs(y_pred))) + ops.relu(-y_pred)
+            weight = 1.0 + (self.positive_weight - 1.0) * y_true
+            per_element = (1.0 - y_true) * y_pred + weight * softplus
+        else:
+            # max(p, eps) and max(1 - p, eps) clip p to [eps, 1 - eps]; 1 - p
+            # is exact in float32, where 1 - eps may round to 1 for a small eps.
+            log_p = ops.log(ops.maximum(y_pred, self.epsilon))
+            log_not_p = ops.log(ops.maximum(1.0 - y_pred, self.epsilon))
+            per_element = -(self.positive_weight * y_true * log_p + (1.0 - y_true) * log_not_p)
+        axes = tuple(range(1, len(per_element.shape)))
+        return ops.mean(per_element, axis=axes) if axes else per_element
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            positive_weight=self.positive_weight,
+            from_logits=self.from_logits,
+            epsilon=self.epsilon,
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class SoftDiceLoss(keras.losses.Loss):
+    """Soft Dice loss: one minus the Dice coefficient of scores and masks.
+
+    For a mask `y` in {0, 1} and foreground scores `p` in [0, 1], per
+    image and class, with sums over the pixels (all axes between the
+    batch and class axes):
+
+    ```
+    L_k = 1 - (2 * sum(p * y) + smooth) / (sum(p) + sum(y) + smooth)
+    ```
+
+    The loss of one image is the mean of `L_k` over its classes; the
+    usual Keras `reduction` then reduces over the batch. An image whose
+    mask and scores are both empty has loss 0. Computed in float32, also
+    under mixed precision.
+
+    The loss is applied to the scores (capsule lengths), the usual soft
+    Dice; the SegCaps authors' released code applies it to logits.
+
+    Args:
+        smooth: added to the numerator and the denominator, `> 0`; keeps
+            the loss defined for empty masks and smooths its gradient.
+        reduction, name, dtype: as for every `keras.losses.Loss`.
+
+    Call arguments:
+        y_true: masks in {0, 1}, `(batch, height, width, classes)` (or
+            `(batch, ..., classes)` with any number of spatial axes).
+        y_pred: foreground scores in [0, 1], of the shape of `y_true`.
+        sample_weight: optional `(batch,)` weights, one per image.
+
+    Returns:
+        the loss, a scalar (or `(batch,)` with `reduction=None`).
+
+    Example:
+
+    >>> loss = keras_capsules.losses.SoftDiceLoss(smooth=0.0001)
+    >>> y_true = np.array([[[[1.0], [0.0]]]])  # one 1 x 2 image, one class
+    >>> y_pred = np.array([[[[0.8], [0.4]]]])
+    >>> # 1 - 2 * 0.8 / (1.2 + 1)
+    >>> round(float(ops.convert_to_numpy(loss(y_true, y_pred))), 4)
+    0.2727
+
+    Reference: Milletari, Navab & Ahmadi, "V-Net: Fully Convolutional
+    Neural Networks for Volumetric Medical Image Segmentation", 3DV 2016;
+    LaLonde & Bagci, "Capsules for Object Segmentation", arXiv:1804.04241,
+    2018.
+    """
+
+    def __init__(
+        self,
+        smooth=1e-5,
+        reduction="sum_over_batch_size",
+        name="soft_dice_loss",
+        dtype=None,
+    ):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.smooth = positive_float(smooth, "smooth")
+
+    def call(self, y_true, y_pred):
+        _check_segmentation_rank(y_pred, "SoftDiceLoss")
+        y_pred = ops.cast(y_pred, "float32")
+        y_true = ops.cast(y_true, "float32")
+        axes = tuple(range(1, len(y_pred.shape) - 1))
+        overlap = ops.sum(y_pred * y_true, axis=axes)
+        total = ops.sum(y_pred, axis=axes) + ops.sum(y_true, axis=axes)
+        dice = (2.0 * overlap + self.smooth) / (total + self.smooth)
+        return ops.mean(1.0 - dice, axis=-1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(smooth=self.smooth)
+        return config

@@ -1,9 +1,9 @@
-"""Metrics of capsule classifiers."""
+"""Metrics of capsule classifiers and segmenters."""
 
 import keras
 from keras import ops
 
-from keras_capsules.validation import positive_int
+from keras_capsules.validation import finite_float, positive_float, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -56,3 +56,100 @@ def label_set_correct(y_true, y_pred, k=2):
     kth = ops.top_k(scores, k)[0][:, k - 1 :]
     predicted = ops.cast(scores >= kth, "float32")
     return ops.cast(ops.all(predicted == ops.cast(y_true, "float32"), axis=-1), "float32")
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class DiceCoefficient(keras.metrics.MeanMetricWrapper):
+    """Mean Dice coefficient of thresholded segmentation masks.
+
+    The scores `p` and the masks `y` are thresholded (`P = p > threshold`,
+    `Y = y > threshold`); per image and class, with counts over the
+    pixels (all axes between the batch and class axes):
+
+    ```
+    dice_k = (2 * |P & Y| + smooth) / (|P| + |Y| + smooth)
+    ```
+
+    The value of one image is the mean of `dice_k` over its classes, and
+    the metric the mean over the images seen (weighted by
+    `sample_weight`). An empty prediction of an empty mask scores 1.
+
+    Args:
+        threshold: pixels with a score above it are foreground,
+            `0 <= threshold < 1`.
+        smooth: added to the numerator and the denominator, `> 0`.
+        name: the metric's name.
+        dtype: the metric's dtype.
+
+    Call arguments (`update_state`):
+        y_true: masks in {0, 1}, `(batch, height, width, classes)` (or
+            `(batch, ..., classes)` with any number of spatial axes).
+        y_pred: foreground scores (capsule lengths), of the shape of
+            `y_true`.
+        sample_weight: optional `(batch,)` weights, one per image.
+
+    Returns:
+        `result()`: the mean Dice coefficient, a scalar in [0, 1].
+
+    Example:
+
+    >>> metric = keras_capsules.metrics.DiceCoefficient()
+    >>> y_true = np.array([[[[1.0], [1.0], [0.0]]]])  # one 1 x 3 image
+    >>> y_pred = np.array([[[[0.9], [0.2], [0.7]]]])  # |P & Y| = 1
+    >>> metric.update_state(y_true, y_pred)
+    >>> # (2 * 1) / (2 + 2)
+    >>> round(float(metric.result()), 4)
+    0.5
+
+    Reference: Dice, "Measures of the Amount of Ecologic Association
+    Between Species", Ecology 26(3), 1945; LaLonde & Bagci, "Capsules
+    for Object Segmentation", arXiv:1804.04241, 2018.
+    """
+
+    def __init__(self, threshold=0.5, smooth=1e-5, name="dice", dtype=None):
+        self.threshold = finite_float(threshold, "threshold", 0.0, 1.0, True, False)
+        self.smooth = positive_float(smooth, "smooth")
+        super().__init__(
+            fn=dice_coefficient,
+            name=name,
+            dtype=dtype,
+            threshold=self.threshold,
+            smooth=self.smooth,
+        )
+
+    def get_config(self):
+        return {
+            "threshold": self.threshold,
+            "smooth": self.smooth,
+            "name": self.name,
+            "dtype": self.dtype,
+        }
+
+
+def dice_coefficient(y_true, y_pred, threshold=0.5, smooth=1e-5):
+    """Dice coefficient of `y_pred > threshold` and `y_true > threshold`,
+    per image: the mean over classes of `(2 |P & Y| + smooth) / (|P| +
+    |Y| + smooth)`, counts over the axes between batch and classes.
+
+    Args:
+        y_true: masks `(batch, ..., classes)`, at least one spatial axis.
+        y_pred: scores of the same shape.
+        threshold: the foreground threshold of both.
+        smooth: added to the numerator and the denominator.
+
+    Returns:
+        `(batch,)` float32 values in [0, 1].
+    """
+    scores = ops.cast(y_pred, "float32")
+    if len(scores.shape) < 3:
+        raise ValueError(
+            "`dice_coefficient` expects scores of shape (batch, ..., classes) with at "
+            "least one spatial axis, such as (batch, height, width, classes). "
+            f"Received: y_pred.shape={tuple(scores.shape)}"
+        )
+    predicted = ops.cast(scores > threshold, "float32")
+    target = ops.cast(ops.cast(y_true, "float32") > threshold, "float32")
+    axes = tuple(range(1, len(predicted.shape) - 1))
+    overlap = ops.sum(predicted * target, axis=axes)
+    total = ops.sum(predicted, axis=axes) + ops.sum(target, axis=axes)
+    return ops.mean((2.0 * overlap + smooth) / (total + smooth), axis=-1)

@@ -210,6 +210,11 @@ class CapsuleModel(keras.Model):
 
     # Compiling.
 
+    def default_optimizer(self):
+        """The optimizer of `compile(optimizer="auto")`: Adam with
+        `default_learning_rate`."""
+        return keras.optimizers.Adam(self.default_learning_rate)
+
     def default_loss(self):
         """The loss of `compile(loss="auto")`, on one-hot targets and scores."""
         raise NotImplementedError(f"{type(self).__name__} must implement default_loss")
@@ -224,7 +229,7 @@ class CapsuleModel(keras.Model):
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", jit_compile="auto", **kwargs):
         if optimizer == "auto":
-            optimizer = keras.optimizers.Adam(self.default_learning_rate)
+            optimizer = self.default_optimizer()
         if loss == "auto":
             loss = self.default_loss()
         if metrics == "auto":

@@ -1,0 +1,326 @@
+"""SegCaps R3 (LaLonde & Bagci, 2018): capsules for object segmentation."""
+
+import keras
+from keras import ops
+
+from keras_capsules.conv import IMPLEMENTATIONS
+from keras_capsules.layers.auto_conv2d import AutoConv2D
+from keras_capsules.layers.length import Length
+from keras_capsules.layers.segmentation_capsule import LocalCapsule2D, LocalDeconvCapsule2D
+from keras_capsules.losses import WeightedBinaryCrossentropy
+from keras_capsules.metrics import DiceCoefficient
+from keras_capsules.models.capsule_model import CapsuleModel
+from keras_capsules.routing.dynamic import DynamicRouting
+from keras_capsules.validation import non_negative_float, one_of, positive_float, positive_int
+
+# The model halves the grid three times.
+STRIDE = 8
+POSE_DIM = 16  # the segmentation capsules' dimension
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class SegCaps(CapsuleModel):
+    """SegCaps R3: a capsule U-Net whose per-pixel capsule lengths segment.
+
+    The network of the paper (and of its authors' code), with locally
+    constrained routing (`keras_capsules.layers.LocalCapsule2D`,
+    `LocalDeconvCapsule2D`); `(types, dim)` per layer, `/2` a stride-2
+    layer, `x2` a stride-2 deconvolution, `+` a skip connection (the child
+    types concatenated):
+
+    ```
+    conv1      Conv2D(16, 5) + ReLU, as one capsule type of 16D  (H)
+    primary    (2, 16) /2, 1 routing iteration                   (H/2)
+    down       (4, 16), (4, 32) /2, (8, 32), (8, 64) /2, (8, 32)  (H/8)
+    up         (8, 32) x2 + (8, 32), (4, 32), (4, 16) x2 + (4, 16),
+               (4, 16), (2, 16) x2 + conv1                        (H)
+    seg_caps   (num_classes, 16), 1x1
+    scores     their lengths: (batch, H, W, num_classes) in [0, 1)
+    ```
+
+    5x5 kernels, 4x4 deconvolutions, `iterations` of dynamic routing in
+    every capsule layer but the primary one. A decoder of three 1x1
+    convolutions (64, 128 with ReLU, then `channels` with a sigmoid)
+    reconstructs the input from the segmentation capsules masked by the
+    labels, within the objects only, as in the paper:
+
+    ```
+    loss = compiled_loss(masks, scores)   # WeightedBinaryCrossentropy(positive_weight)
+           + reconstruction_weight * mean((decoder(poses * masks) - images * any(masks))^2)
+    ```
+
+    `model.reconstruct(images)` masks by the prediction instead (scores
+    `> 0.5`). Several foreground classes (`num_classes > 1`): one
+    segmentation capsule type per class, each scored by its length and
+    masked by its own mask (a pixel may belong to several, as in
+    multi-label segmentation); with `num_classes=1` (the paper) the mask
+    is the foreground.
+
+    With one input channel and one class, the model has the paper's
+    1.4 M parameters (1,425,649: `count_params()`).
+
+    Masks: `(batch, H, W, num_classes)` (or `(batch, H, W)` with one class)
+    of 0/1 values; with several classes also an integer map `(batch, H, W)`
+    of 0 (background) to `num_classes` (class `k` -> mask `k - 1`).
+    Images in `[0, 1]` (the decoder's sigmoid).
+
+    `compile(optimizer="auto", loss="auto", metrics="auto")`: Adam(1e-3,
+    beta_1=0.99) (the authors' `beta_1`; their learning rate, 1e-4 for
+    batches of one 512x512 slice, learns ~5x slower at batch 8 of small
+    images),
+    `WeightedBinaryCrossentropy(positive_weight)`, and the metrics
+    `DiceCoefficient()` (`"dice"`) and `keras.metrics.BinaryIoU` of the
+    foreground (`"iou"`). `fit(images, masks)` needs nothing more.
+
+    Args:
+        input_shape: image shape `(H, W, channels)`, `H` and `W` divisible
+            by 8.
+        num_classes: foreground classes, one segmentation capsule type each.
+        iterations: dynamic routing iterations of the routed layers, `>= 1`
+            (3 in the paper).
+        positive_weight: the weight of foreground pixels in the default
+            loss (the paper: background pixels / foreground pixels of the
+            training set), `> 0`.
+        reconstruction_weight: weight of the reconstruction error, `>= 0`
+            (0.1 in the authors' code; 0 turns the decoder off).
+        implementation: how the convolutions are computed (`"auto"`, ...:
+            `keras_capsules.conv.resolve_implementation`).
+        **kwargs: `keras.Model` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        images: `(batch, H, W, channels)`.
+        training: whether the layers run in training mode.
+        return_poses: `True` for `(scores, poses (batch, H, W, num_classes,
+            16))`.
+
+    Returns:
+        per-pixel scores `(batch, H, W, num_classes)`, or `(scores, poses)`.
+
+    Example:
+
+    >>> model = keras_capsules.models.SegCaps((16, 16, 1), iterations=1)
+    >>> images = np.random.default_rng(0).uniform(size=(2, 16, 16, 1))
+    >>> tuple(model(images).shape), tuple(model.reconstruct(images).shape)
+    ((2, 16, 16, 1), (2, 16, 16, 1))
+    >>> model.count_params()
+    1425649
+
+    Reference: LaLonde & Bagci, "Capsules for Object Segmentation", 2018
+    (arXiv:1804.04241), SegCaps R3.
+    """
+
+    default_learning_rate = 1e-3
+
+    def __init__(
+        self,
+        input_shape,
+        num_classes=1,
+        iterations=3,
+        positive_weight=1.0,
+        reconstruction_weight=0.1,
+        implementation="auto",
+        **kwargs,
+    ):
+        super().__init__(input_shape, num_classes, **kwargs)
+        height, width, channels = self.image_shape
+        if height % STRIDE or width % STRIDE:
+            raise ValueError(
+                f"SegCaps needs an image height and width divisible by {STRIDE} (it halves "
+                f"the grid three times). Received: input_shape={tuple(input_shape)}"
+            )
+        self.iterations = positive_int(iterations, "iterations")
+        self.positive_weight = positive_float(positive_weight, "positive_weight")
+        self.reconstruction_weight = non_negative_float(
+            reconstruction_weight, "reconstruction_weight"
+        )
+        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
+        self.encoder = self._build_encoder()
+        self.scores = Length(name="scores", dtype=self.dtype_policy)
+        self.decoder = self._build_decoder() if self.reconstruction_weight > 0 else None
+        self.build((None, *self.image_shape))
+
+    def _build_encoder(self):
+        dtype, implementation = self.dtype_policy, self.implementation
+
+        def local(types, dim, name, strides=1, kernel_size=5, iterations=self.iterations):
+            return LocalCapsule2D(
+                types,
+                dim,
+                kernel_size,
+                strides=strides,
+                router=DynamicRouting(iterations, dtype=dtype),
+                implementation=implementation,
+                dtype=dtype,
+                name=name,
+            )
+
+        def deconv(types, dim, name):
+            return LocalDeconvCapsule2D(
+                types,
+                dim,
+                4,
+                strides=2,
+                router=DynamicRouting(self.iterations, dtype=dtype),
+                dtype=dtype,
+                name=name,
+            )
+
+        def join(name):
+            return keras.layers.Concatenate(axis=-2, name=name, dtype=dtype)
+
+        images = keras.Input(self.image_shape)
+        conv1 = AutoConv2D(
+            16,
+            5,
+            padding="same",
+            activation="relu",
+            implementation=implementation,
+            dtype=dtype,
+            name="conv1",
+        )(images)
+        conv1 = keras.layers.Reshape((*self.image_shape[:2], 1, 16), dtype=dtype)(conv1)
+        primary = local(2, 16, "primary_caps", strides=2, iterations=1)(conv1)
+        down_2 = local(4, 16, "conv_cap_2_1")(primary)
+        x = local(4, 32, "conv_cap_2_2", strides=2)(down_2)
+        down_3 = local(8, 32, "conv_cap_3_1")(x)
+        x = local(8, 64, "conv_cap_3_2", strides=2)(down_3)
+        x = local(8, 32, "conv_cap_4_1")(x)
+        x = join("up_1")([deconv(8, 32, "deconv_cap_1_1")(x), down_3])
+        x = local(4, 32, "deconv_cap_1_2")(x)
+        x = join("up_2")([deconv(4, 16, "deconv_cap_2_1")(x), down_2])
+        x = local(4, 16, "deconv_cap_2_2")(x)
+        x = join("up_3")([deconv(2, 16, "deconv_cap_3_1")(x), conv1])
+        seg_caps = local(self.num_classes, POSE_DIM, "seg_caps", kernel_size=1)(x)
+        return keras.Model(images, seg_caps, name="encoder")
+
+    def _build_decoder(self):
+        dtype = self.dtype_policy
+        height, width, channels = self.image_shape
+
+        def conv(filters, activation, name):
+            return keras.layers.Conv2D(
+                filters,
+                1,
+                activation=activation,
+                kernel_initializer="he_normal",
+                dtype=dtype,
+                name=name,
+            )
+
+        return keras.Sequential(
+            [
+                keras.Input((height, width, self.num_classes * POSE_DIM)),
+                conv(64, "relu", "recon_1"),
+                conv(128, "relu", "recon_2"),
+                conv(channels, "sigmoid", "out_recon"),
+            ],
+            name="decoder",
+        )
+
+    # The forward pass.
+
+    def encode(self, images, training=None):
+        """The segmentation capsules `(batch, H, W, num_classes, 16)`."""
+        return self.encoder(images, training=training)
+
+    def scores_and_poses(self, images, training=None):
+        poses = self.encode(images, training=training)
+        return self.scores(poses), poses
+
+    def decode(self, poses, masks):
+        """The decoder's image from `poses` masked by `masks` `(batch, H,
+        W, num_classes)` (0/1)."""
+        if self.decoder is None:
+            raise ValueError(
+                "This SegCaps has no decoder: it was built with reconstruction_weight=0."
+            )
+        masked = poses * ops.cast(masks, poses.dtype)[..., None]
+        height, width = self.image_shape[:2]
+        return self.decoder(ops.reshape(masked, (-1, height, width, self.num_classes * POSE_DIM)))
+
+    def reconstruct(self, images, masks=None):
+        """The reconstruction of `images` within `masks` (default: the
+        predicted ones, scores `> 0.5`), `(batch, H, W, channels)`."""
+        scores, poses = self.scores_and_poses(images, training=False)
+        if masks is None:
+            masks = ops.cast(scores > 0.5, poses.dtype)
+        else:
+            masks = self.class_targets(masks)
+        return self.decode(poses, masks)
+
+    # Labels: masks.
+
+    def class_targets(self, y):
+        """The masks `y` as float32 `(batch, H, W, num_classes)`."""
+        y = ops.convert_to_tensor(y)
+        if len(y.shape) == 3:
+            if self.num_classes == 1:
+                return ops.cast(y, "float32")[..., None]
+            ids = ops.cast(y, "int32")
+            return ops.one_hot(ids, self.num_classes + 1, dtype="float32")[..., 1:]
+        return ops.cast(y, "float32")
+
+    def _check_labels(self, y, name):
+        if y is None or not hasattr(y, "shape") or not hasattr(y, "ndim"):
+            return  # datasets and generators: shapes are checked by the loss
+        height, width = self.image_shape[:2]
+        shape = tuple(y.shape)
+        ok = shape[1:3] == (height, width) and (
+            len(shape) == 3 or (len(shape) == 4 and shape[3] == self.num_classes)
+        )
+        if not ok:
+            raise ValueError(
+                f"SegCaps expects masks of shape (batch, {height}, {width}, "
+                f"{self.num_classes}) or (batch, {height}, {width}). "
+                f"Received: {name}.shape={shape}"
+            )
+
+    # Compiling.
+
+    def default_optimizer(self):
+        """Adam(default_learning_rate, beta_1=0.99) (the authors' `beta_1`)."""
+        return keras.optimizers.Adam(self.default_learning_rate, beta_1=0.99)
+
+    def default_loss(self):
+        """`WeightedBinaryCrossentropy(positive_weight)` on the scores."""
+        return WeightedBinaryCrossentropy(self.positive_weight)
+
+    def default_metrics(self):
+        """`DiceCoefficient()` (`"dice"`) and the foreground's `BinaryIoU` (`"iou"`)."""
+        return [
+            DiceCoefficient(name="dice"),
+            keras.metrics.BinaryIoU(target_class_ids=(1,), threshold=0.5, name="iou"),
+        ]
+
+    def extra_loss(self, x, y, targets, poses, sample_weight=None, training=True):
+        """`reconstruction_weight` times the masked reconstruction's mean
+        squared error."""
+        if self.decoder is None:
+            return None
+        if x is None:
+            raise ValueError(
+                "compute_loss needs the images `x` for the reconstruction loss. Received: x=None"
+            )
+        if poses is None:  # Scores from `model(x)`: encode x again.
+            poses = self.encode(x, training=training)
+        decoded = ops.cast(self.decode(poses, targets), "float32")
+        foreground = ops.max(targets, axis=-1, keepdims=True)
+        error = ops.mean(ops.square(decoded - ops.cast(x, "float32") * foreground), axis=(1, 2, 3))
+        if sample_weight is not None:
+            weights = ops.reshape(ops.cast(sample_weight, "float32"), (-1,))
+            return (
+                self.reconstruction_weight
+                * ops.sum(error * weights)
+                / ops.maximum(ops.sum(weights), 1e-7)
+            )
+        return self.reconstruction_weight * ops.mean(error)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            iterations=self.iterations,
+            positive_weight=self.positive_weight,
+            reconstruction_weight=self.reconstruction_weight,
+            implementation=self.implementation,
+        )
+        return config
