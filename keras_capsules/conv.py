@@ -18,6 +18,7 @@ import os
 import re
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_capsules.windows import extract_patches, same_padding, window_output_shape
@@ -378,6 +379,8 @@ def _subpixel_taps(size, kernel, stride, padding):
     """Per axis of a transposed convolution: the input offsets `lo` and the
     stride-1 window `taps[r, t]` (kernel index, or `kernel` for a zero tap)
     of each output phase `r`, and the output and phase-grid lengths."""
+    # Python ints: torch's ONNX tracing hands sizes over as tensors.
+    size, kernel, stride = int(size), int(kernel), int(stride)
     pad = max(kernel - stride, 0) // 2 if padding == "same" else 0
     out = size * stride if padding == "same" else (size - 1) * stride + max(kernel, stride)
     # Output q = m * s + r takes x[m + a - j] * K[b + j * s], r + pad = a * s + b.
@@ -392,6 +395,17 @@ def _subpixel_taps(size, kernel, stride, padding):
         for a, b in phases
     ]
     return lo, hi, taps, out, -(-out // stride)
+
+
+def _tap_selection(taps, kernel, dtype):
+    """`(phases, window, kernel)` 0/1 matrix: row `[r, t]` picks kernel tap
+    `taps[r][t]`, or nothing where it is `kernel` (a zero tap)."""
+    select = np.zeros((len(taps), len(taps[0]), kernel), "float32")
+    for r, row in enumerate(taps):
+        for t, tap in enumerate(row):
+            if tap < kernel:
+                select[r, t, tap] = 1.0
+    return ops.convert_to_tensor(select, dtype)
 
 
 def conv2d_transpose(x, kernel, strides, padding, implementation="conv"):
@@ -432,16 +446,16 @@ def conv2d_transpose(x, kernel, strides, padding, implementation="conv"):
     """
     if implementation == "conv":
         return ops.conv_transpose(x, kernel, strides=strides, padding=padding)
-    kh, kw, cout, cin = kernel.shape
-    (sh, sw), (h, w) = strides, x.shape[1:3]
+    kh, kw, cout, cin = (int(d) for d in kernel.shape)
+    (sh, sw), (h, w) = strides, (int(d) for d in x.shape[1:3])
     lo_h, hi_h, taps_h, out_h, grid_h = _subpixel_taps(h, kh, sh, padding)
     lo_w, hi_w, taps_w, out_w, grid_w = _subpixel_taps(w, kw, sw, padding)
-    # The kernel with a zero tap appended on each axis, gathered into the
-    # (window, window, C_in, phases * C_out) kernel of the stride-1 conv.
-    k = ops.pad(kernel, [(0, 1), (0, 1), (0, 0), (0, 0)])
-    k = ops.take(k, ops.convert_to_tensor(taps_h, "int32"), axis=0)  # (sh, th, kw+1, cout, cin)
-    k = ops.take(k, ops.convert_to_tensor(taps_w, "int32"), axis=2)  # (sh, th, sw, tw, cout, cin)
-    k = ops.transpose(k, (1, 3, 5, 0, 2, 4))
+    # The (window, window, C_in, phases * C_out) kernel of the stride-1
+    # conv, gathered by 0/1 selection matrices (an einsum: exports to ONNX
+    # on every backend, where a gather of 2-D indices does not on torch).
+    select_h = _tap_selection(taps_h, kh, kernel.dtype)  # (sh, window_h, kh)
+    select_w = _tap_selection(taps_w, kw, kernel.dtype)
+    k = ops.einsum("rah,sbw,hwoi->abirso", select_h, select_w, kernel)
     k = ops.reshape(k, (hi_h - lo_h + 1, hi_w - lo_w + 1, cin, sh * sw * cout))
     # Input rows m + lo .. m + hi for the phase grid's m = 0 .. grid - 1.
     x = x[:, max(lo_h, 0) :, max(lo_w, 0) :]

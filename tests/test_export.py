@@ -87,6 +87,7 @@ MODELS = {
     "MatrixCapsNet": lambda: kc.MatrixCapsNet(
         conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1
     ),
+    "SegCaps": lambda: kc.SegCaps((16, 16, 1), iterations=1),
     "routers": lambda: routers_model(TOGETHER),
     **{f"router-{name}": (lambda name=name: routers_model([name])) for name in ALONE},
 }
