@@ -355,6 +355,8 @@ def run(
     xla_on_cpu=False,
     torch_compile=False,
     metrics=None,
+    score="accuracy",
+    make_loss=None,
 ):
     """Trains, evaluates and reports one example; returns the metrics dict.
 
@@ -365,8 +367,13 @@ def run(
     steps_per_epoch); figures(model, test_dataset, output_dir, args) writes
     extra PNGs;
     add_arguments(parser) adds the example's own flags; callbacks(model, args,
-    steps_per_epoch) -> extra `fit` callbacks; metrics: the compiled metrics,
-    one named "accuracy" (default `["accuracy"]`).
+    steps_per_epoch) -> extra `fit` callbacks; metrics: the compiled metrics
+    (or a function that makes them), one named `score` (default: the
+    model's own, `"auto"`); score: the
+    metric reported as `test_<score>` and `validation_<score>` and drawn in
+    the training curves (default `"accuracy"`; segmentation: `"dice"`);
+    make_loss(args) -> the compiled loss (default: the ready model's own).
+    Every test metric is in `metrics.json`'s `"test_metrics"`.
     """
     call = dict(locals())  # this call's arguments, for run_seeds
     from figures import plot_history  # Imports matplotlib only when running.
@@ -412,11 +419,12 @@ def run(
             # per image, keras_capsules.metrics.LabelSetAccuracy).
             model.compile(
                 optimizer=make_optimizer(args, steps or 1),
-                metrics=metrics or "auto",
+                metrics=(metrics() if callable(metrics) else metrics) or "auto",
                 jit_compile=jit,
+                **({} if make_loss is None else {"loss": make_loss(args)}),
             )
             throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)
-            step_log = StepLog()
+            step_log = StepLog(keys=("loss", score))
             fit_callbacks = [
                 TrainingLog(os.path.join(output_dir, "training_log.csv")),
                 throughput,
@@ -441,10 +449,15 @@ def run(
             results = distribute.evaluate(
                 model, test, steps=SMOKE_STEPS if args.smoke else None
             )  # A dict: callbacks may add metrics (e.g. the spread-loss margin).
-            test_loss, test_accuracy = results["loss"], results["accuracy"]
+            test_loss, test_score = results["loss"], results[score]
             model_path = os.path.join(output_dir, "model.keras")
             model.save(model_path)
-            plot_history(history.history, os.path.join(output_dir, "training_curves.png"), step_log)
+            plot_history(
+                history.history,
+                os.path.join(output_dir, "training_curves.png"),
+                step_log,
+                score=score,
+            )
             if figures is not None:
                 figures(model, test, output_dir, args)
     finally:
@@ -458,10 +471,11 @@ def run(
         "steps_per_epoch": steps,
         "validation_fraction": args.validation_fraction,
         # The last epoch's validation results (None without validation).
-        "validation_accuracy": last(history.history.get("val_accuracy")),
+        f"validation_{score}": last(history.history.get(f"val_{score}")),
         "validation_loss": last(history.history.get("val_loss")),
-        "test_accuracy": float(test_accuracy),
+        f"test_{score}": float(test_score),
         "test_loss": float(test_loss),
+        "test_metrics": {key: float(value) for key, value in results.items()},
         "parameters": int(model.count_params()),
         "images_per_second": throughput.images_per_second,
         "train_seconds": train_seconds,
@@ -483,7 +497,7 @@ def run(
     with open(os.path.join(output_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
     print(
-        f"Test accuracy {test_accuracy:.4f}; {metrics['images_per_second'] or math.nan:.1f} "
+        f"Test {score} {test_score:.4f}; {metrics['images_per_second'] or math.nan:.1f} "
         f"training images/s on {metrics['backend']}; outputs in {output_dir}"
     )
     return metrics
@@ -495,6 +509,8 @@ def last(values):
 
 PER_RUN = (
     "test_accuracy",
+    "test_dice",
+    "test_metrics",
     "test_loss",
     "images_per_second",
     "train_seconds",
@@ -503,12 +519,14 @@ PER_RUN = (
     "trained_steps",
     "stopped_by_time_budget",
     "validation_accuracy",
+    "validation_dice",
     "validation_loss",
 )
 
 
 def run_seeds(call, args, output_dir):
-    """`--seeds N`: `run` once per seed, then the mean and std of the test accuracies.
+    """`--seeds N`: `run` once per seed, then the mean and std of the test
+    scores (accuracies, or the example's `score`).
 
     Every run trains and evaluates the same way; none is picked over the
     others (the test set selects nothing), so the spread is the honest one.
@@ -526,16 +544,17 @@ def run_seeds(call, args, output_dir):
             os.path.join(output_dir, f"seed_{seed}"),
         ]
         runs.append(run(**{**call, "argv": seed_argv}))
-    accuracies = [r["test_accuracy"] for r in runs]
+    score = call["score"]
+    accuracies = [r[f"test_{score}"] for r in runs]
     mean = sum(accuracies) / len(accuracies)
     std = math.sqrt(sum((a - mean) ** 2 for a in accuracies) / (len(accuracies) - 1))
     metrics = {
         # What the runs share (model, data, budget); per-run values are in "runs".
         **{k: v for k, v in runs[0].items() if k not in PER_RUN},
         "seeds": list(range(first, first + args.seeds)),
-        "test_accuracy_mean": mean,
-        "test_accuracy_std": std,  # sample standard deviation (ddof=1)
-        "test_accuracies": accuracies,
+        f"test_{score}_mean": mean,
+        f"test_{score}_std": std,  # sample standard deviation (ddof=1)
+        "test_accuracies" if score == "accuracy" else f"test_{score}_values": accuracies,
         "train_seconds": sum(r["train_seconds"] for r in runs),
         "runs": runs,
         "command": " ".join([os.path.basename(sys.argv[0])] + argv),
@@ -543,7 +562,7 @@ def run_seeds(call, args, output_dir):
     with open(os.path.join(output_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
     print(
-        f"Test accuracy over {args.seeds} seeds: {100 * mean:.2f} +- {100 * std:.2f} % "
+        f"Test {score} over {args.seeds} seeds: {100 * mean:.2f} +- {100 * std:.2f} % "
         f"(mean +- sample std); outputs in {output_dir}"
     )
     return metrics

@@ -1,4 +1,5 @@
-"""tf.data input pipelines for the examples (MNIST, smallNORB, CIFAR-10 from TFDS).
+"""tf.data input pipelines for the examples (MNIST, smallNORB, CIFAR-10, Oxford-IIIT
+Pets from TFDS; MultiMNIST and digit segmentation made from MNIST).
 
 `model.fit` consumes these `tf.data.Dataset`s of `(image, label)` batches on
 TensorFlow, PyTorch and JAX. Kept out of `keras_capsules`, which imports no
@@ -557,6 +558,137 @@ def multimnist(
         ds = ds.shuffle(min(shuffle_buffer, count), reshuffle_each_iteration=True)
     ds = ds.map(make, AUTOTUNE)
     return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
+
+
+# ------------------------------------------------------------ segmentation
+
+DIGIT_CANVAS_SIZE = 64
+
+
+def digit_canvases(
+    split,
+    batch_size,
+    data_dir=None,
+    canvas_size=DIGIT_CANVAS_SIZE,
+    max_digits=3,
+    noise=0.1,
+    training=True,
+    seed=0,
+    download=True,
+    drop_remainder=False,
+    shuffle_buffer=10_000,
+):
+    """Segmentation of MNIST digits on a noisy canvas, made on the fly.
+
+    One canvas per MNIST image of `split` (slices too): that digit and up
+    to `max_digits - 1` other random digits of the split (1 to
+    `max_digits` in all, uniformly), each 28x28 at a random place on a
+    `canvas_size` square (digits may overlap: the canvas is their
+    maximum), plus uniform noise in `[0, noise]`, clipped to 1. The mask is
+    the digits' pixels, those above 0.5 before the noise. Yields
+    `(images (batch, s, s, 1) in [0, 1], masks (batch, s, s, 1) of 0/1)`.
+
+    `training=True`: new partners, places and noise each epoch, in a
+    shuffled order. `training=False`: every canvas a fixed function of
+    `seed` and its index (stateless RNG), the same in every run whatever
+    the global seed, in order.
+    """
+    if canvas_size < 28:
+        raise ValueError(f"canvas_size must be at least 28. Received: canvas_size={canvas_size}")
+    if max_digits < 1:
+        raise ValueError(f"max_digits must be at least 1. Received: max_digits={max_digits}")
+    images, _ = _all_examples("mnist", split, data_dir, download)
+    count = int(images.shape[0])
+    images = tf.cast(images, tf.float32) / 255.0
+
+    def uniform(index, stream, shape, maxval, dtype=tf.int32):
+        if training:
+            return tf.random.uniform(shape, 0, maxval, dtype)
+        key = tf.stack([seed, index * 4 + stream])
+        return tf.random.stateless_uniform(shape, key, 0, maxval, dtype)
+
+    def make(index):
+        digits = uniform(index, 0, (), max_digits) + 1
+        others = uniform(index, 1, (max_digits - 1,), count)
+        chosen = tf.concat([[index], others], axis=0)
+        offsets = uniform(index, 2, (max_digits, 2), canvas_size - 27)
+        # Every slot placed, the slots past `digits` blanked: a loop over
+        # `max_digits` slots in graph code, no Python loop per example.
+        placed = tf.stack(
+            [
+                tf.image.pad_to_bounding_box(
+                    images[chosen[k]], offsets[k, 0], offsets[k, 1], canvas_size, canvas_size
+                )
+                for k in range(max_digits)
+            ]
+        )
+        keep = tf.cast(tf.range(max_digits) < digits, tf.float32)[:, None, None, None]
+        canvas = tf.reduce_max(placed * keep, axis=0)
+        mask = tf.cast(canvas > 0.5, tf.float32)
+        grain = uniform(index, 3, canvas.shape, noise if noise > 0 else 1.0, tf.float32)
+        image = tf.minimum(canvas + (grain if noise > 0 else 0.0), 1.0)
+        return image, mask
+
+    ds = tf.data.Dataset.range(count).map(lambda i: tf.cast(i, tf.int32))
+    if training:
+        ds = ds.shuffle(min(shuffle_buffer, count), reshuffle_each_iteration=True)
+    ds = ds.map(make, AUTOTUNE)
+    return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
+
+
+def _pet_and_mask(image_size):
+    def convert(example):
+        image = tf.image.resize(tf.cast(example["image"], tf.float32) / 255.0, (image_size,) * 2)
+        # Trimap: 1 pet, 2 background, 3 border (counted as background).
+        trimap = tf.image.resize(example["segmentation_mask"], (image_size,) * 2, "nearest")
+        return tf.clip_by_value(image, 0.0, 1.0), tf.cast(trimap == 1, tf.float32)
+
+    return convert
+
+
+def _flip_both(image, mask):
+    flip = tf.random.uniform(()) < 0.5
+    return (
+        tf.where(flip, tf.image.flip_left_right(image), image),
+        tf.where(flip, tf.image.flip_left_right(mask), mask),
+    )
+
+
+def oxford_pets_segmentation(
+    split,
+    batch_size,
+    data_dir=None,
+    image_size=64,
+    training=True,
+    download=True,
+    drop_remainder=False,
+    shuffle_buffer=1_000,
+):
+    """Pet vs background masks of TFDS `oxford_iiit_pet`.
+
+    Images resized (bilinear) to `image_size` squares in [0, 1]; the
+    trimap resized (nearest) and turned into the pet's mask (trimap value
+    1; the border, 3, counts as background). `training=True`: shuffled,
+    and image and mask flipped left-right together at random. Yields
+    `(images (batch, s, s, 3), masks (batch, s, s, 1) of 0/1)`.
+    """
+    ds = load_split("oxford_iiit_pet", split, data_dir, download)
+    ds = ds.map(_pet_and_mask(image_size), AUTOTUNE)
+    if training:
+        ds = ds.map(_flip_both, AUTOTUNE)
+    return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
+
+
+def foreground_weight(dataset, max_batches=20):
+    """Background pixels / foreground pixels in the masks of the first
+    `max_batches` batches of `(images, masks)` batches: the weight of
+    foreground pixels in SegCaps's weighted cross-entropy. 1 when a mask
+    has no foreground."""
+    foreground = total = 0.0
+    for _, masks in dataset.take(max_batches):
+        foreground += float(tf.reduce_sum(masks))
+        total += float(tf.size(masks, out_type=tf.float32))
+    return (total - foreground) / foreground if foreground > 0 else 1.0
 
 
 # ---------------------------------------------------------------- CIFAR-10

@@ -3,6 +3,7 @@
 import matplotlib
 
 matplotlib.use("Agg")  # Scripts run headless.
+import keras  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
@@ -23,8 +24,9 @@ def moving_average(values, window):
         return sums / counts
 
 
-def plot_history(history, path, step_log=None):
-    """Loss and accuracy against the training step, with the validation results.
+def plot_history(history, path, step_log=None, score="accuracy"):
+    """Loss and `score` (a metric's name) against the training step, with
+    the validation results.
 
     history: `fit`'s `History.history` (per epoch; `val_*` with validation
     data). step_log: a `common.StepLog` of the same run: then each step's
@@ -37,7 +39,7 @@ def plot_history(history, path, step_log=None):
     epochs = len(history.get("loss", []))
     per_step = step_log is not None and len(step_log.steps) > 0
     ends = step_log.epoch_ends[:epochs] if per_step else list(range(1, epochs + 1))
-    for ax, key in zip(axes, ("loss", "accuracy")):
+    for ax, key in zip(axes, ("loss", score)):
         if per_step and key in step_log.values:
             values = step_log.values[key]
             window = max(1, round(len(values) / 50))
@@ -252,3 +254,51 @@ def capsule_figures(child_types=None, class_names=None):
         )
 
     return figures
+
+
+def plot_segmentation(model, images, masks, path):
+    """Rows: input, ground truth, prediction overlaid on the input (scores
+    `> 0.5`, the first class in red, a second in blue), and, for models
+    with a decoder (SegCaps), the reconstruction from the predicted
+    object's capsules; one column per image."""
+    images = np.asarray(images, dtype="float32")
+    masks = np.asarray(masks, dtype="float32")
+    decoder = getattr(model, "decoder", None) is not None
+
+    def forward(x):
+        if not decoder:
+            return model(x, training=False), None
+        scores, poses = model(x, training=False, return_poses=True)
+        return scores, model.decode(poses, ops.cast(scores > 0.5, poses.dtype))
+
+    if keras.backend.backend() == "jax":
+        import jax  # eager JAX would compile each of SegCaps's many ops
+
+        forward = jax.jit(forward)
+    scores, decoded = forward(ops.convert_to_tensor(images))
+    scores = np.asarray(ops.convert_to_numpy(scores), dtype="float32")
+    decoded = None if decoded is None else ops.convert_to_numpy(decoded)
+    rows = ["input", "ground truth", "prediction", *(["reconstruction"] if decoder else [])]
+    fig, axes = plt.subplots(
+        len(rows),
+        len(images),
+        figsize=(max(1.5 * len(images), 6.0), 1.6 * len(rows)),
+        squeeze=False,
+    )
+    for k in range(len(images)):
+        gray = images[k].mean(axis=-1, keepdims=True) if images.shape[-1] != 3 else images[k]
+        base = np.repeat(gray, 3, axis=-1) if gray.shape[-1] == 1 else gray
+        _show(axes[0, k], images[k])
+        _show(axes[1, k], masks[k].max(axis=-1, keepdims=True))
+        overlay = base.copy()
+        for c, color in zip(range(scores.shape[-1]), ([1.0, 0.0, 0.0], [0.0, 0.3, 1.0])):
+            hit = scores[k, ..., c] > 0.5
+            overlay[hit] = 0.5 * overlay[hit] + 0.5 * np.array(color)
+        _show(axes[2, k], overlay)
+        if decoder:
+            _show(axes[3, k], decoded[k])
+    for row, title in enumerate(rows):
+        axes[row, 0].set_ylabel(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

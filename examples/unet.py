@@ -1,0 +1,41 @@
+"""A U-Net of the usual shape, the baseline of the segmentation examples."""
+
+import keras
+
+
+def unet(input_shape, num_classes=1, filters=(32, 64, 128, 256), name="unet"):
+    """U-Net (Ronneberger et al. 2015) with public Keras layers.
+
+    Each level: two 3x3 `Conv2D` + ReLU; down by 2x2 max pooling; up by a
+    2x2 stride-2 `Conv2DTranspose`, concatenated with the level's skip
+    connection; a final 1x1 `Conv2D` with a sigmoid gives the per-pixel
+    scores `(batch, H, W, num_classes)` in (0, 1). `H` and `W` must be
+    divisible by `2 ** (len(filters) - 1)`.
+
+    Reference: Ronneberger, Fischer & Brox, "U-Net: Convolutional Networks
+    for Biomedical Image Segmentation", MICCAI 2015.
+    """
+    levels = len(filters) - 1
+    if any(size % 2**levels for size in input_shape[:2]):
+        raise ValueError(
+            f"unet needs a height and width divisible by {2**levels}. "
+            f"Received: input_shape={tuple(input_shape)}"
+        )
+
+    def block(x, width):
+        for _ in range(2):
+            x = keras.layers.Conv2D(width, 3, padding="same", activation="relu")(x)
+        return x
+
+    images = keras.Input(input_shape)
+    x, skips = images, []
+    for width in filters[:-1]:
+        x = block(x, width)
+        skips.append(x)
+        x = keras.layers.MaxPooling2D(2)(x)
+    x = block(x, filters[-1])
+    for width, skip in zip(reversed(filters[:-1]), reversed(skips)):
+        x = keras.layers.Conv2DTranspose(width, 2, strides=2)(x)
+        x = block(keras.layers.Concatenate()([x, skip]), width)
+    scores = keras.layers.Conv2D(num_classes, 1, activation="sigmoid")(x)
+    return keras.Model(images, scores, name=name)
