@@ -563,6 +563,32 @@ def multimnist(
 # ------------------------------------------------------------ segmentation
 
 DIGIT_CANVAS_SIZE = 64
+DIGIT_SIZE = 28
+NOISE_TYPES = ("uniform", "gaussian")
+
+
+def place_digits(digits, offsets, keep, canvas_size):
+    """`digits (k, 28, 28, 1)` float placed on one `canvas_size` square.
+
+    offsets: int `(k, 2)`, each digit's (top, left) corner in
+    `[0, canvas_size - 28]`; keep: bool `(k,)`, the digits drawn (the
+    others are left out). Overlapping digits combine by their maximum.
+    Vectorised over the digits (gathers, no loop). Returns
+    `(canvas_size, canvas_size, 1)`.
+    """
+    size = digits.shape[1]
+    positions = tf.range(canvas_size)[None, :]
+    rows = positions - offsets[:, :1]  # (k, S): the digit row at each canvas row
+    cols = positions - offsets[:, 1:]
+    placed = tf.gather(digits[..., 0], tf.clip_by_value(rows, 0, size - 1), axis=1, batch_dims=1)
+    placed = tf.gather(placed, tf.clip_by_value(cols, 0, size - 1), axis=2, batch_dims=1)
+    inside = (
+        ((rows >= 0) & (rows < size))[:, :, None]
+        & ((cols >= 0) & (cols < size))[:, None, :]
+        & keep[:, None, None]
+    )
+    canvas = tf.reduce_max(tf.where(inside, placed, tf.zeros_like(placed)), axis=0)
+    return canvas[..., None]
 
 
 def digit_canvases(
@@ -575,83 +601,109 @@ def digit_canvases(
     training=True,
     seed=0,
     download=True,
-    drop_remainder=False,
+    num_examples=None,
     shuffle_buffer=10_000,
+    drop_remainder=False,
+    noise_type="uniform",
 ):
     """Segmentation of MNIST digits on a noisy canvas, made on the fly.
 
-    One canvas per MNIST image of `split` (slices too): that digit and up
-    to `max_digits - 1` other random digits of the split (1 to
-    `max_digits` in all, uniformly), each 28x28 at a random place on a
-    `canvas_size` square (digits may overlap: the canvas is their
-    maximum), plus uniform noise in `[0, noise]`, clipped to 1. The mask is
-    the digits' pixels, those above 0.5 before the noise. Yields
-    `(images (batch, s, s, 1) in [0, 1], masks (batch, s, s, 1) of 0/1)`.
+    Canvas `i` holds MNIST image `i` of `split` (slices too; cycling
+    through the split when `num_examples` exceeds it) and up to
+    `max_digits - 1` other random digits of the split: 1 to `max_digits`
+    digits in all, uniformly, each 28x28 at a random place on a
+    `canvas_size` square. Digits may overlap: the canvas is their maximum.
+    The mask is the digits' pixels, those above 0.5 before the noise.
+    Then noise of amplitude `noise`: `noise_type="uniform"` adds
+    `U(0, noise)`, `"gaussian"` adds `N(0, noise**2)`; the image is
+    clipped to [0, 1]. `noise=0`: none.
 
-    `training=True`: new partners, places and noise each epoch, in a
-    shuffled order. `training=False`: every canvas a fixed function of
-    `seed` and its index (stateless RNG), the same in every run whatever
-    the global seed, in order.
+    Yields `(images (batch, s, s, 1) float32 in [0, 1], masks (batch, s,
+    s, 1) float32 of 0/1)`; `num_examples` canvases per pass (default: one
+    per image of the split).
+
+    `training=False` (validation and test data): canvas `i` is a fixed
+    function of `seed` and `i` (stateless RNG), in order, the same in
+    every pass and every run whatever the global seed.
+    `training=True`: new digits, places and noise each pass, in an order
+    shuffled each pass; the passes are the same in every run with the same
+    `seed` (`seed=None`: they follow TensorFlow's global seed, which
+    `keras.utils.set_random_seed` sets).
     """
-    if canvas_size < 28:
-        raise ValueError(f"canvas_size must be at least 28. Received: canvas_size={canvas_size}")
+    if canvas_size < DIGIT_SIZE:
+        raise ValueError(
+            f"canvas_size must be at least {DIGIT_SIZE}. Received: canvas_size={canvas_size}"
+        )
     if max_digits < 1:
         raise ValueError(f"max_digits must be at least 1. Received: max_digits={max_digits}")
-    images, _ = _all_examples("mnist", split, data_dir, download)
-    count = int(images.shape[0])
-    images = tf.cast(images, tf.float32) / 255.0
-
-    def uniform(index, stream, shape, maxval, dtype=tf.int32):
-        if training:
-            return tf.random.uniform(shape, 0, maxval, dtype)
-        key = tf.stack([seed, index * 4 + stream])
-        return tf.random.stateless_uniform(shape, key, 0, maxval, dtype)
-
-    def make(index):
-        digits = uniform(index, 0, (), max_digits) + 1
-        others = uniform(index, 1, (max_digits - 1,), count)
-        chosen = tf.concat([[index], others], axis=0)
-        offsets = uniform(index, 2, (max_digits, 2), canvas_size - 27)
-        # Every slot placed, the slots past `digits` blanked: a loop over
-        # `max_digits` slots in graph code, no Python loop per example.
-        placed = tf.stack(
-            [
-                tf.image.pad_to_bounding_box(
-                    images[chosen[k]], offsets[k, 0], offsets[k, 1], canvas_size, canvas_size
-                )
-                for k in range(max_digits)
-            ]
+    if noise_type not in NOISE_TYPES:
+        raise ValueError(
+            f"noise_type must be one of {NOISE_TYPES}. Received: noise_type={noise_type!r}"
         )
-        keep = tf.cast(tf.range(max_digits) < digits, tf.float32)[:, None, None, None]
-        canvas = tf.reduce_max(placed * keep, axis=0)
-        mask = tf.cast(canvas > 0.5, tf.float32)
-        grain = uniform(index, 3, canvas.shape, noise if noise > 0 else 1.0, tf.float32)
-        image = tf.minimum(canvas + (grain if noise > 0 else 0.0), 1.0)
-        return image, mask
+    if seed is None and not training:
+        raise ValueError("Evaluation canvases need an integer seed. Received: seed=None")
+    images, _ = _all_examples("mnist", split, data_dir, download)  # uint8 (n, 28, 28, 1)
+    count = int(images.shape[0])
+    total = count if num_examples is None else int(num_examples)
+    if count == 0 or total < 1:
+        raise ValueError(f"No canvases: MNIST {split!r} has {count} images, {total} asked for.")
 
-    ds = tf.data.Dataset.range(count).map(lambda i: tf.cast(i, tf.int32))
+    def make(index, key):
+        # Independent streams of one example's key.
+        def stream(k):
+            return tf.random.experimental.stateless_fold_in(key, k)
+
+        digits = tf.random.stateless_uniform((), stream(0), 1, max_digits + 1, tf.int32)
+        others = tf.random.stateless_uniform((max_digits - 1,), stream(1), 0, count, tf.int32)
+        chosen = tf.concat([[index % count], others], axis=0)
+        offsets = tf.random.stateless_uniform(
+            (max_digits, 2), stream(2), 0, canvas_size - DIGIT_SIZE + 1, tf.int32
+        )
+        placed = tf.cast(tf.gather(images, chosen), tf.float32) / 255.0
+        keep = tf.range(max_digits) < digits
+        canvas = place_digits(placed, offsets, keep, canvas_size)
+        mask = tf.cast(canvas > 0.5, tf.float32)
+        if noise > 0:
+            if noise_type == "uniform":
+                grain = tf.random.stateless_uniform(canvas.shape, stream(3), 0.0, noise)
+            else:
+                grain = noise * tf.random.stateless_normal(canvas.shape, stream(3))
+            canvas = tf.clip_by_value(canvas + grain, 0.0, 1.0)
+        return canvas, mask
+
+    indices = tf.data.Dataset.range(total)
     if training:
-        ds = ds.shuffle(min(shuffle_buffer, count), reshuffle_each_iteration=True)
-    ds = ds.map(make, AUTOTUNE)
+        # A fresh 64-bit draw per canvas and pass, reproducible from `seed`.
+        draws = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+    else:
+        draws = tf.data.Dataset.from_tensors(tf.constant(seed, tf.int64)).repeat()
+    ds = tf.data.Dataset.zip(indices, draws)
+    if training:
+        ds = ds.shuffle(min(shuffle_buffer, total), seed=seed, reshuffle_each_iteration=True)
+    ds = ds.map(lambda i, draw: make(tf.cast(i, tf.int32), tf.stack([draw, i])), AUTOTUNE)
     return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
 
 
+OXFORD_PETS_TRIMAP = {"pet": 1, "background": 2, "border": 3}
+
+
 def _pet_and_mask(image_size):
+    size = (image_size, image_size)
+
     def convert(example):
-        image = tf.image.resize(tf.cast(example["image"], tf.float32) / 255.0, (image_size,) * 2)
-        # Trimap: 1 pet, 2 background, 3 border (counted as background).
-        trimap = tf.image.resize(example["segmentation_mask"], (image_size,) * 2, "nearest")
-        return tf.clip_by_value(image, 0.0, 1.0), tf.cast(trimap == 1, tf.float32)
+        image = tf.cast(example["image"], tf.float32) / 255.0
+        # Antialiased when shrinking (the photos are about 500 px).
+        image = tf.clip_by_value(tf.image.resize(image, size, "bilinear", antialias=True), 0, 1)
+        trimap = tf.image.resize(example["segmentation_mask"], size, "nearest")
+        return image, tf.cast(trimap == OXFORD_PETS_TRIMAP["pet"], tf.float32)
 
     return convert
 
 
 def _flip_both(image, mask):
-    flip = tf.random.uniform(()) < 0.5
-    return (
-        tf.where(flip, tf.image.flip_left_right(image), image),
-        tf.where(flip, tf.image.flip_left_right(mask), mask),
-    )
+    """The same random left-right flip of an image and its mask."""
+    both = tf.image.random_flip_left_right(tf.concat([image, mask], axis=-1))
+    return both[..., :-1], both[..., -1:]
 
 
 def oxford_pets_segmentation(
@@ -661,33 +713,38 @@ def oxford_pets_segmentation(
     image_size=64,
     training=True,
     download=True,
-    drop_remainder=False,
+    flip=True,
     shuffle_buffer=1_000,
+    drop_remainder=False,
 ):
     """Pet vs background masks of TFDS `oxford_iiit_pet`.
 
-    Images resized (bilinear) to `image_size` squares in [0, 1]; the
-    trimap resized (nearest) and turned into the pet's mask (trimap value
-    1; the border, 3, counts as background). `training=True`: shuffled,
-    and image and mask flipped left-right together at random. Yields
-    `(images (batch, s, s, 3), masks (batch, s, s, 1) of 0/1)`.
+    split: `"train"` or `"test"` (3,680 and 3,669 photos), slices too.
+    Images resized to `image_size` squares (bilinear, antialiased) and
+    scaled to [0, 1]; the trimap (1 pet, 2 background, 3 border) resized
+    by nearest neighbour and made the pet's mask: 1 on the pet, 0
+    elsewhere (the border counts as background). `training=True`:
+    shuffled, and with `flip` image and mask flipped left-right together
+    at random. Yields `(images (batch, s, s, 3) float32 in [0, 1], masks
+    (batch, s, s, 1) float32 of 0/1)`.
     """
     ds = load_split("oxford_iiit_pet", split, data_dir, download)
     ds = ds.map(_pet_and_mask(image_size), AUTOTUNE)
-    if training:
+    if training and flip:
         ds = ds.map(_flip_both, AUTOTUNE)
     return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
 
 
 def foreground_weight(dataset, max_batches=20):
-    """Background pixels / foreground pixels in the masks of the first
-    `max_batches` batches of `(images, masks)` batches: the weight of
-    foreground pixels in SegCaps's weighted cross-entropy. 1 when a mask
-    has no foreground."""
-    foreground = total = 0.0
+    """Background pixels / foreground pixels of the masks in the first
+    `max_batches` batches of an `(images, masks)` dataset (0/1 masks): the
+    weight of foreground pixels in SegCaps's weighted binary
+    cross-entropy. 1 when those masks have no foreground."""
+    foreground = total = 0
     for _, masks in dataset.take(max_batches):
-        foreground += float(tf.reduce_sum(masks))
-        total += float(tf.size(masks, out_type=tf.float32))
+        masks = np.asarray(masks)
+        foreground += float(np.sum(masks, dtype=np.float64))
+        total += masks.size
     return (total - foreground) / foreground if foreground > 0 else 1.0
 
 

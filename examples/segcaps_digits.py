@@ -46,6 +46,9 @@ def load_data(args, batch_size, drop_remainder=False):
             args.data_dir,
             canvas_size=args.image_size,
             training=training,
+            # Training canvases follow --seed; validation and test ones are
+            # the same in every run.
+            seed=args.seed if training else 0,
             drop_remainder=drop_remainder,
         )
 
