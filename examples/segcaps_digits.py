@@ -31,15 +31,9 @@ import data
 import keras  # noqa: F401  (before tensorflow, see common.py)
 import segmentation
 
-FOREGROUND_BATCHES = 20
-
 
 def load_data(args, batch_size, drop_remainder=False):
-    train_split, validation_split = data.train_validation_splits(args.validation_fraction)
-
     def canvases(split, training):
-        if split is None:
-            return None
         return data.digit_canvases(
             split,
             batch_size,
@@ -52,10 +46,7 @@ def load_data(args, batch_size, drop_remainder=False):
             drop_remainder=drop_remainder,
         )
 
-    train = canvases(train_split, True)
-    args.positive_weight = data.foreground_weight(train, max_batches=FOREGROUND_BATCHES)
-    args.extra_metrics = {"positive_weight": args.positive_weight}
-    return train, canvases(validation_split, False), canvases("test", False)
+    return segmentation.load_splits(args, canvases)
 
 
 def main(argv=None):

@@ -25,15 +25,9 @@ import data
 import keras  # noqa: F401  (before tensorflow, see common.py)
 import segmentation
 
-FOREGROUND_BATCHES = 20
-
 
 def load_data(args, batch_size, drop_remainder=False):
-    train_split, validation_split = data.train_validation_splits(args.validation_fraction)
-
     def pets(split, training):
-        if split is None:
-            return None
         return data.oxford_pets_segmentation(
             split,
             batch_size,
@@ -43,10 +37,7 @@ def load_data(args, batch_size, drop_remainder=False):
             drop_remainder=drop_remainder,
         )
 
-    train = pets(train_split, True)
-    args.positive_weight = data.foreground_weight(train, max_batches=FOREGROUND_BATCHES)
-    args.extra_metrics = {"positive_weight": args.positive_weight}
-    return train, pets(validation_split, False), pets("test", False)
+    return segmentation.load_splits(args, pets)
 
 
 def main(argv=None):

@@ -6,6 +6,7 @@ calls `main` with its data loader.
 """
 
 import common
+import data
 import keras  # noqa: F401  (before tensorflow, see common.py)
 import unet
 
@@ -18,6 +19,8 @@ LEARNING_RATE = 1e-3
 # The U-Net's channels per level: 1.9 M parameters, near SegCaps's 1.4 M.
 UNET_FILTERS = (32, 64, 128, 256)
 FIGURE_IMAGES = 6
+# Training batches whose masks give the loss's foreground weight.
+FOREGROUND_BATCHES = 20
 
 
 def add_arguments(parser, image_size):
@@ -63,6 +66,20 @@ def figures(model, test, output_dir, args):
     plot_segmentation(
         model, np.asarray(images), np.asarray(masks), os.path.join(output_dir, "segmentation.png")
     )
+
+
+def load_splits(args, make):
+    """`(train, validation, test)` from `make(split, training)`, the
+    validation split held out by `--validation-fraction` (`None` at 0);
+    sets `args.positive_weight` from the training masks (background over
+    foreground pixels of the first batches) and records it in
+    `metrics.json`."""
+    train_split, validation_split = data.train_validation_splits(args.validation_fraction)
+    train = make(train_split, True)
+    args.positive_weight = data.foreground_weight(train, max_batches=FOREGROUND_BATCHES)
+    args.extra_metrics = {"positive_weight": args.positive_weight}
+    validation = None if validation_split is None else make(validation_split, False)
+    return train, validation, make("test", False)
 
 
 def main(name, description, load_data, channels, image_size, epochs, batch_size, argv=None):

@@ -4,7 +4,13 @@ import keras
 from keras import ops
 
 from keras_capsules.labels import one_hot
-from keras_capsules.validation import finite_float, non_negative_float, one_of, positive_float
+from keras_capsules.validation import (
+    boolean,
+    finite_float,
+    non_negative_float,
+    one_of,
+    positive_float,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -202,13 +208,6 @@ class SpreadLoss(keras.losses.Loss):
         return config
 
 
-def _check_bool(value, name):
-    """Returns `value` if it is a bool, else raises."""
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
-    return value
-
-
 def _check_segmentation_rank(y_pred, name):
     """Raises unless `y_pred` is `(batch, ..., classes)` with a spatial axis."""
     if len(y_pred.shape) < 3:
@@ -293,7 +292,7 @@ class WeightedBinaryCrossentropy(keras.losses.Loss):
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.positive_weight = positive_float(positive_weight, "positive_weight")
-        self.from_logits = _check_bool(from_logits, "from_logits")
+        self.from_logits = boolean(from_logits, "from_logits")
         self.epsilon = finite_float(epsilon, "epsilon", 0.0, 0.5, False, False)
 
     def call(self, y_true, y_pred):

@@ -55,6 +55,13 @@ def int_tuple(value, n, name):
     return tuple(operator.index(v) for v in values)
 
 
+def boolean(value, name):
+    """Returns `value` if it is `True` or `False`, else raises."""
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return value
+
+
 def one_of(value, choices, name):
     """Returns `value` if it is in `choices`, else raises."""
     if not isinstance(value, str) or value not in choices:

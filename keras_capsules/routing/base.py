@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.ops import compute_dtype_for
+from keras_capsules.validation import boolean
 
 
 class Router(keras.layers.Layer):
@@ -97,9 +98,7 @@ class Router(keras.layers.Layer):
 
     def __init__(self, remat=False, **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(remat, bool):
-            raise ValueError(f"`remat` must be True or False. Received: remat={remat!r}")
-        self.remat = remat
+        self.remat = boolean(remat, "remat")
         # Votes reach `call` in their own dtype (not cast down to a half
         # compute dtype first) and router weights are read in float32.
         self.autocast = False

@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
-from keras_capsules.validation import positive_float, positive_int
+from keras_capsules.validation import boolean, positive_float, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -100,11 +100,7 @@ class HeinsenRouting(Router):
         super().__init__(**kwargs)
         self.iterations = positive_int(iterations, "iterations")
         self.epsilon = positive_float(epsilon, "epsilon")
-        if not isinstance(share_weights, bool):
-            raise ValueError(
-                f"`share_weights` must be True or False. Received: share_weights={share_weights!r}"
-            )
-        self.share_weights = share_weights
+        self.share_weights = boolean(share_weights, "share_weights")
 
     @property
     def weight_axes(self):
