@@ -168,9 +168,10 @@ def set_xla(layer, xla):
     in it (through models' `layers` and layers' attributes) that is one of
     this library's convolving layers: `keras_capsules.layers.AutoConv2D`
     (and `StridedConv2D`), `PrimaryCapsule`, `PrimaryMatrixCapsule`,
-    `LocalCapsule2D` and `LocalDeconvCapsule2D`.
-    Other layers are left alone. A runtime setting, never saved; each of
-    those layers starts with `xla=None`. The ready models call it from
+    `LocalCapsule2D` and `LocalDeconvCapsule2D`; and `DynamicRouting`, whose
+    hand-written backward pass takes the form XLA fuses best. Other layers
+    are left alone. A runtime setting, never saved; each of those layers
+    starts with `xla=None`. The ready models call it from
     `compile`; call it yourself when you compile a model of your own that
     holds such layers, or set `layer.xla` directly.
 
@@ -208,8 +209,9 @@ def convolving_layer_classes():
     from keras_capsules.layers.auto_conv2d import AutoConv2D
     from keras_capsules.layers.primary_convolution import PrimaryConvolution
     from keras_capsules.layers.segmentation_capsule import LocalCapsuleBase
+    from keras_capsules.routing.dynamic import DynamicRouting
 
-    return (AutoConv2D, PrimaryConvolution, LocalCapsuleBase)
+    return (AutoConv2D, PrimaryConvolution, LocalCapsuleBase, DynamicRouting)
 
 
 def _layers_within(layer, seen):
