@@ -59,6 +59,34 @@ for _agreement, _iterations, _temperature, _stop in itertools.product(
     )
 
 
+# The rows above run the default hand-written backward pass; these run the
+# backend's automatic differentiation and a step size other than 1.
+for _agreement, _stop, _backward, _step in itertools.product(
+    ("dot", "cosine", "euclidean"), (False, True), ("manual", "autodiff"), (1.0, 0.5)
+):
+    if _backward == "manual" and _step == 1.0:
+        continue  # the rows above
+    _kwargs = dict(iterations=3, temperature=0.5, agreement=_agreement, step_size=_step)
+    register(
+        Case(
+            name=f"dynamic-{_agreement}-it3-t0.5-step{_step}-{_backward}"
+            + ("-stopgrad" if _stop else ""),
+            inputs=_votes,
+            build=lambda kw=_kwargs, s=_stop, b=_backward: keras_capsules.routing.DynamicRouting(
+                stop_gradient=s, backward=b, **kw
+            ),
+            reference=lambda a, kw=_kwargs: list(ref_dynamic.dynamic_routing(a["votes"], **kw)),
+            forward=lambda layer, t: list(layer(t["votes"], return_coefficients=True)),
+            grad_reference=lambda a, a0, kw=_kwargs, s=_stop: list(
+                ref_dynamic.dynamic_routing(
+                    a["votes"], early_votes=a0["votes"] if s else None, **kw
+                )
+            ),
+            diff=("votes",),
+        )
+    )
+
+
 def _capsule_inputs(share):
     def inputs(rng):
         kernel_shape = (3, 4, 5) if share else (6, 3, 4, 5)
