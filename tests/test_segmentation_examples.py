@@ -20,6 +20,10 @@ from tests.test_examples import OUTPUTS, example, read_log, read_metrics, same_o
 def test_smoke_run_writes_every_output(script, flags, tmp_path):
     if "unet" in flags and BACKEND != "torch":
         pytest.skip("the U-Net is plain Keras: its script runs once, on torch")
+    if script == "segcaps_pets" and BACKEND != "torch":
+        # Its model and training loop are the digits script's; only its
+        # tf.data input differs, and that is the same on every backend.
+        pytest.skip("segcaps_pets differs from segcaps_digits in its input only: runs on torch")
     jit = ["--jit-compile", "false"] if BACKEND == "tensorflow" else []
     metrics = example(script).main(["--smoke", "--output-dir", str(tmp_path), *jit, *flags])
     for output in OUTPUTS + ["segmentation.png"]:
