@@ -373,7 +373,10 @@ def run(
     metric reported as `test_<score>` and `validation_<score>` and drawn in
     the training curves (default `"accuracy"`; segmentation: `"dice"`);
     make_loss(args) -> the compiled loss (default: the ready model's own).
-    Every test metric is in `metrics.json`'s `"test_metrics"`.
+    Every test metric is in `metrics.json`'s `"test_metrics"`. `load_data`
+    may return a dict of named test sets for `test`: each is evaluated
+    (`test_<name>_<score>`, and all its metrics in `"test_sets"`), the
+    first also as `test`.
     """
     call = dict(locals())  # this call's arguments, for run_seeds
     from figures import plot_history  # Imports matplotlib only when running.
@@ -401,6 +404,9 @@ def run(
                 output_dir = os.path.join(output_dir, f"process{cluster.process_id}")
                 os.makedirs(output_dir, exist_ok=True)
             train, validation, test = load_data(args, args.batch_size, drop_remainder=replicas > 1)
+            # A dict of named test sets: each is evaluated, the first is `test`.
+            test_sets = test if isinstance(test, dict) else {}
+            test = next(iter(test_sets.values())) if test_sets else test
             if validation is not None and int(validation.cardinality()) == 0:
                 raise SystemExit(
                     f"--validation-fraction {args.validation_fraction} holds out less than "
@@ -446,9 +452,16 @@ def run(
                 verbose=2 if args.smoke else "auto",
             )
             train_seconds = time.perf_counter() - start
+            test_steps = SMOKE_STEPS if args.smoke else None
             results = distribute.evaluate(
-                model, test, steps=SMOKE_STEPS if args.smoke else None
+                model, test, steps=test_steps
             )  # A dict: callbacks may add metrics (e.g. the spread-loss margin).
+            named_results = {
+                name: results
+                if dataset is test
+                else distribute.evaluate(model, dataset, steps=test_steps)
+                for name, dataset in test_sets.items()
+            }
             test_loss, test_score = results["loss"], results[score]
             model_path = os.path.join(output_dir, "model.keras")
             model.save(model_path)
@@ -476,6 +489,11 @@ def run(
         f"test_{score}": float(test_score),
         "test_loss": float(test_loss),
         "test_metrics": {key: float(value) for key, value in results.items()},
+        **{f"test_{name}_{score}": float(result[score]) for name, result in named_results.items()},
+        "test_sets": {
+            name: {key: float(value) for key, value in result.items()}
+            for name, result in named_results.items()
+        },
         "parameters": int(model.count_params()),
         "images_per_second": throughput.images_per_second,
         "train_seconds": train_seconds,
@@ -546,14 +564,26 @@ def run_seeds(call, args, output_dir):
         runs.append(run(**{**call, "argv": seed_argv}))
     score = call["score"]
     accuracies = [r[f"test_{score}"] for r in runs]
-    mean = sum(accuracies) / len(accuracies)
-    std = math.sqrt(sum((a - mean) ** 2 for a in accuracies) / (len(accuracies) - 1))
+    # Every test score: test_<score> and those of named test sets.
+    scores = [k for k in runs[0] if k.startswith("test_") and k.endswith(f"_{score}")]
+    spread = {}
+    for key in scores:
+        values = [r[key] for r in runs]
+        mean = sum(values) / len(values)
+        spread[f"{key}_mean"] = mean
+        # The sample standard deviation (ddof=1).
+        spread[f"{key}_std"] = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    mean = spread[f"test_{score}_mean"]
+    std = spread[f"test_{score}_std"]
     metrics = {
         # What the runs share (model, data, budget); per-run values are in "runs".
-        **{k: v for k, v in runs[0].items() if k not in PER_RUN},
+        **{
+            k: v
+            for k, v in runs[0].items()
+            if k not in PER_RUN and k not in scores and k != "test_sets"
+        },
         "seeds": list(range(first, first + args.seeds)),
-        f"test_{score}_mean": mean,
-        f"test_{score}_std": std,  # sample standard deviation (ddof=1)
+        **spread,
         "test_accuracies" if score == "accuracy" else f"test_{score}_values": accuracies,
         "train_seconds": sum(r["train_seconds"] for r in runs),
         "runs": runs,

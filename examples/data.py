@@ -413,6 +413,7 @@ def smallnorb(
     shuffle_buffer=10_000,
     drop_remainder=False,
     recipe="hinton",
+    viewpoints=None,
 ):
     """smallNORB `(stereo image, category)` batches, each paper's way.
 
@@ -427,7 +428,10 @@ def smallnorb(
     for training a random 96x96 crop after 16 pixels of edge padding and,
     per batch, mixup with `Beta(0.2, 0.2)` (the labels then soft one-hot).
     `training` (the random changes, shuffled) defaults to
-    `split == "train"`; pass it for slices.
+    `split == "train"`; pass it for slices. `viewpoints`: `None` (every
+    image), or `(split, familiar)` of a `SMALLNORB_VIEWPOINT_SPLITS` key
+    and a bool: only the images of that split's training viewpoints
+    (`familiar=True`) or only the others (see `viewpoint_filter`).
     """
     if recipe not in SMALLNORB_RECIPES:
         raise ValueError(
@@ -436,7 +440,10 @@ def smallnorb(
         )
     pair, train, test, train_batch = SMALLNORB_RECIPES[recipe]
     training = split == "train" if training is None else training
-    ds = load_split("smallnorb", split, data_dir, download).map(pair, AUTOTUNE)
+    ds = load_split("smallnorb", split, data_dir, download)
+    if viewpoints is not None:
+        ds = ds.filter(viewpoint_filter(*viewpoints))
+    ds = ds.map(pair, AUTOTUNE)
     ds = _finish(
         ds.map(train if training else test, AUTOTUNE),
         batch_size,
@@ -449,16 +456,70 @@ def smallnorb(
     return ds
 
 
+# Hinton, Sabour & Frosst (2018), section 5 ("Generalization to novel
+# viewpoints"): train on the images of some viewpoints only, test on the
+# images of the others. TFDS's labels: azimuth `a` is 20 a degrees (0-340),
+# elevation `e` is 30 + 5 e degrees (30-70).
+SMALLNORB_VIEWPOINT_SPLITS = {
+    # Azimuths 300, 320, 340, 0, 20 and 40 degrees train; 60-280 are novel.
+    "azimuth": ("label_azimuth", (15, 16, 17, 0, 1, 2)),
+    # The 3 smallest elevations (30, 35, 40 degrees) train; 45-70 are novel.
+    "elevation": ("label_elevation", (0, 1, 2)),
+}
+SMALLNORB_SPLITS = ("standard", *SMALLNORB_VIEWPOINT_SPLITS)
+
+
+def viewpoint_filter(split, familiar):
+    """A `tf.data` predicate on TFDS smallNORB examples: `True` for the
+    images of `split`'s training viewpoints (`familiar=True`) or for the
+    others (`familiar=False`). `split`: a `SMALLNORB_VIEWPOINT_SPLITS` key."""
+    if split not in SMALLNORB_VIEWPOINT_SPLITS:
+        raise ValueError(
+            f"Unknown viewpoint split: expected one of {sorted(SMALLNORB_VIEWPOINT_SPLITS)}. "
+            f"Received: split={split!r}"
+        )
+    feature, training_labels = SMALLNORB_VIEWPOINT_SPLITS[split]
+    training_labels = tf.constant(training_labels, tf.int64)
+
+    def predicate(example):
+        label = tf.cast(example[feature], tf.int64)
+        return tf.reduce_any(tf.equal(label, training_labels)) == familiar
+
+    return predicate
+
+
+def add_smallnorb_arguments(parser):
+    """The smallNORB examples' `--split`."""
+    parser.add_argument(
+        "--split",
+        choices=SMALLNORB_SPLITS,
+        default="standard",
+        help="standard: every training image, tested on every test image; "
+        "azimuth / elevation: Hinton et al. (2018)'s novel-viewpoint splits, "
+        "trained on the images of azimuths 300-40 degrees / of the 3 smallest "
+        "elevations only and tested separately on the test images of those "
+        "familiar viewpoints (test_accuracy) and of the novel ones "
+        "(test_novel_viewpoints_accuracy)",
+    )
+
+
 def smallnorb_splits(args, batch_size, drop_remainder=False, recipe="hinton"):
     """The examples' `load_data` for smallNORB: (train, validation, test) batches.
 
     The validation data, the last `args.validation_fraction` of the
     training split (`None` at 0), is prepared like the test data (centre
-    crop, no shuffle). `recipe`: as for `smallnorb`.
+    crop, no shuffle). `recipe`: as for `smallnorb`. With `args.split`
+    `"azimuth"` or `"elevation"`, training and validation keep the images
+    of the split's training viewpoints, and `test` is a dict of two test
+    sets, `"familiar_viewpoints"` (those viewpoints) and
+    `"novel_viewpoints"` (the others).
     """
     train_split, validation_split = train_validation_splits(args.validation_fraction)
+    viewpoint_split = getattr(args, "split", "standard")
+    viewpoints = None if viewpoint_split == "standard" else viewpoint_split
+    args.extra_metrics = {**getattr(args, "extra_metrics", {}), "split": viewpoint_split}
 
-    def load(split, training):
+    def load(split, training, familiar=True):
         return smallnorb(
             split,
             batch_size,
@@ -466,10 +527,18 @@ def smallnorb_splits(args, batch_size, drop_remainder=False, recipe="hinton"):
             args.data_dir,
             drop_remainder=drop_remainder,
             recipe=recipe,
+            viewpoints=None if viewpoints is None else (viewpoints, familiar),
         )
 
     validation = None if validation_split is None else load(validation_split, False)
-    return load(train_split, True), validation, load("test", False)
+    if viewpoints is None:
+        test = load("test", False)
+    else:
+        test = {
+            "familiar_viewpoints": load("test", False, familiar=True),
+            "novel_viewpoints": load("test", False, familiar=False),
+        }
+    return load(train_split, True), validation, test
 
 
 # ------------------------------------------------------------- MultiMNIST

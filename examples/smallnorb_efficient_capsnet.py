@@ -26,6 +26,11 @@ leaves XLA off there (`EfficientCapsNet.xla_on_cpu`).
 Their released weights load into the same model:
 `model.load_authors_weights("efficient_capsnet_SMALLNORB.h5")`.
 
+`--split azimuth` or `--split elevation`: Hinton et al. (2018)'s
+novel-viewpoint experiments: train on the images of some viewpoints only,
+report the test accuracy on those familiar viewpoints (test_accuracy) and
+on the novel ones (test_novel_viewpoints_accuracy) separately.
+
 Writes training_log.csv, metrics.json, model.keras and figures to
 --output-dir (default runs/smallnorb_efficient_capsnet).
 """
@@ -66,6 +71,7 @@ def main(argv=None):
         epochs=150,
         batch_size=16,
         argv=argv,
+        add_arguments=data.add_smallnorb_arguments,
     )
 
 

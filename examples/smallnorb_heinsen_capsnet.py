@@ -26,6 +26,11 @@ the same here (the default holds out 10 % for validation).
 
     KERAS_BACKEND=jax python examples/smallnorb_heinsen_capsnet.py --validation-fraction 0
 
+`--split azimuth` or `--split elevation`: Hinton et al. (2018)'s
+novel-viewpoint experiments: train on the images of some viewpoints only,
+report the test accuracy on those familiar viewpoints (test_accuracy) and
+on the novel ones (test_novel_viewpoints_accuracy) separately.
+
 Writes training_log.csv, metrics.json, model.keras and training curves to
 --output-dir (default runs/smallnorb_heinsen_capsnet).
 """
@@ -40,6 +45,7 @@ PEAK_LEARNING_RATE, FINAL_LEARNING_RATE, WARMUP_FRACTION = 5e-4, 1e-5, 0.1
 
 
 def add_arguments(parser):
+    data.add_smallnorb_arguments(parser)
     parser.add_argument(
         "--parts", type=int, default=64, help="part capsules per position (author: 64)"
     )

@@ -29,6 +29,11 @@ capsule layers by another router of the library.
 
     KERAS_BACKEND=jax python examples/smallnorb_matrix_capsnet.py --epochs 50
 
+`--split azimuth` or `--split elevation`: Hinton et al. (2018)'s
+novel-viewpoint experiments: train on the images of some viewpoints only,
+report the test accuracy on those familiar viewpoints (test_accuracy) and
+on the novel ones (test_novel_viewpoints_accuracy) separately.
+
 Writes training_log.csv (with the margin per epoch), metrics.json,
 model.keras and training curves to --output-dir (default
 runs/smallnorb_matrix_capsnet).
@@ -43,6 +48,7 @@ from keras_capsules.models import MatrixCapsNet
 
 
 def add_arguments(parser):
+    data.add_smallnorb_arguments(parser)
     parser.add_argument(
         "--capsules",
         type=int,
