@@ -55,12 +55,13 @@ class DynamicRouting(Router):
             (`keras_capsules.routing.dynamic_backward`): it keeps only the
             votes and `(batch, out_caps, in_caps)`-sized tensors per
             iteration and writes the votes' gradient as one batched
-            matmul. Measured on CPU (`benchmarks/memory.py`), a CapsNet
-            training step on TensorFlow without XLA peaks at 5.5 instead
-            of 8.1 vote-sized buffers and runs in 0.6x the time; on torch
-            it runs in 0.54x the time at the same peak; under XLA (JAX,
-            TensorFlow with `jit_compile=True`) time and memory match
-            autodiff. `"autodiff"` lets the backend differentiate the loop.
+            matmul. Measured on CPU (`benchmarks/memory.py`, a training
+            step of one `Capsule` layer): on TensorFlow without XLA it
+            peaks at 5.5 instead of 8.1 vote-sized buffers and runs in
+            0.6x the time; on torch it runs in 0.54x the time and holds
+            about one vote-sized buffer more (6.2 against 5.6); under XLA
+            (JAX, TensorFlow with `jit_compile=True`) time and memory
+            match autodiff. `"autodiff"` lets the backend differentiate the loop.
             Both give the same gradients (to float32 rounding).
         **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
             arguments (`name`, `dtype`).
