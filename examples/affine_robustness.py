@@ -37,12 +37,12 @@ affine_examples.png to --output-dir (default runs/affine_robustness).
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import time
 
 import affine_data
+import atomic
 import common
 import data
 import keras  # noqa: F401  (before tensorflow, see common.py)
@@ -237,7 +237,7 @@ def plot(results, sets, output_dir):
     ax.set_title("each point: one epoch")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(output_dir, "affine_robustness.png"), dpi=100)
+    atomic.save_figure(fig, os.path.join(output_dir, "affine_robustness.png"), dpi=100)
     plt.close(fig)
     fig, axes = plt.subplots(2, 8, figsize=(8, 2.3))
     for row, key in enumerate(("clean", "affine")):
@@ -245,7 +245,7 @@ def plot(results, sets, output_dir):
             axes[row, col].imshow(sets[key][0][col % len(sets[key][0]), ..., 0], cmap="gray")
             axes[row, col].axis("off")
         axes[row, 0].set_title(key, fontsize=8, loc="left")
-    fig.savefig(os.path.join(output_dir, "affine_examples.png"), dpi=100)
+    atomic.save_figure(fig, os.path.join(output_dir, "affine_examples.png"), dpi=100)
     plt.close(fig)
 
 
@@ -291,8 +291,7 @@ def main(argv=None):
             [os.path.basename(sys.argv[0])] + list(sys.argv[1:] if argv is None else argv)
         ),
     }
-    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
+    atomic.write_json(os.path.join(output_dir, "metrics.json"), metrics)
     plot(results, sets, output_dir)
     for name, result in results.items():
         print(

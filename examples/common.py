@@ -11,12 +11,12 @@ once, after training (nothing is selected on it), and writes
 import argparse
 import contextlib
 import csv
-import json
 import math
 import os
 import sys
 import time
 
+import atomic
 import keras  # Before tensorflow: torch and TF clash if TF loads first.
 from xla_flags import YNN_CONVOLUTIONS_OFF
 
@@ -464,7 +464,7 @@ def run(
             }
             test_loss, test_score = results["loss"], results[score]
             model_path = os.path.join(output_dir, "model.keras")
-            model.save(model_path)
+            atomic.save_model(model, model_path)
             plot_history(
                 history.history,
                 os.path.join(output_dir, "training_curves.png"),
@@ -512,8 +512,7 @@ def run(
             [os.path.basename(sys.argv[0])] + list(sys.argv[1:] if argv is None else argv)
         ),
     }
-    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
+    atomic.write_json(os.path.join(output_dir, "metrics.json"), metrics)
     print(
         f"Test {score} {test_score:.4f}; {metrics['images_per_second'] or math.nan:.1f} "
         f"training images/s on {metrics['backend']}; outputs in {output_dir}"
@@ -589,8 +588,7 @@ def run_seeds(call, args, output_dir):
         "runs": runs,
         "command": " ".join([os.path.basename(sys.argv[0])] + argv),
     }
-    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
+    atomic.write_json(os.path.join(output_dir, "metrics.json"), metrics)
     print(
         f"Test {score} over {args.seeds} seeds: {100 * mean:.2f} +- {100 * std:.2f} % "
         f"(mean +- sample std); outputs in {output_dir}"

@@ -23,10 +23,10 @@ preset). Writes metrics.json (accuracy, per-class accuracy, images/s) to
 
 import argparse
 import contextlib
-import json
 import os
 import time
 
+import atomic
 import keras  # noqa: F401  (before tensorflow, see common.py)
 import numpy as np
 
@@ -104,8 +104,7 @@ def main(argv=None):
         "smoke": args.smoke,
         **results,
     }
-    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
+    atomic.write_json(os.path.join(output_dir, "metrics.json"), metrics)
     print(
         f"{args.preset}: test accuracy {metrics['test_accuracy']:.4f} on "
         f"{metrics['test_examples']} images; outputs in {output_dir}"

@@ -1,5 +1,6 @@
 """Matplotlib figures of the examples: training curves and capsule views."""
 
+import atomic
 import matplotlib
 
 matplotlib.use("Agg")  # Scripts run headless.
@@ -84,7 +85,7 @@ def plot_history(history, path, step_log=None, score="accuracy"):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic.save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 
@@ -133,7 +134,7 @@ def plot_reconstructions(model, images, labels, path, class_names=None):
         _show(axes[1, k], decoded[k])
     fig.suptitle("Input (top) and reconstruction from the longest capsule (bottom)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic.save_figure(fig, path, dpi=100)
     plt.close(fig)
     return poses
 
@@ -190,7 +191,7 @@ def plot_perturbations(model, poses, path, steps=PERTURBATION_STEPS, class_names
         f"Perturbing each dimension of the {_name(class_names, winner)!r} capsule", fontsize=9
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic.save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 
@@ -224,7 +225,7 @@ def plot_routing(model, images, labels, path, child_types=None, class_names=None
     ax.set_title(f"Mean routing coefficients over {len(images)} test images")
     fig.colorbar(im, ax=ax, label="coupling coefficient (child to class)")
     fig.tight_layout()
-    fig.savefig(path, dpi=100, bbox_inches="tight")  # with the colour bar's label
+    atomic.save_figure(fig, path, dpi=100, bbox_inches="tight")  # with the colour bar's label
     plt.close(fig)
 
 
@@ -300,5 +301,5 @@ def plot_segmentation(model, images, masks, path):
     for row, title in enumerate(rows):
         axes[row, 0].set_ylabel(title, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic.save_figure(fig, path, dpi=100)
     plt.close(fig)

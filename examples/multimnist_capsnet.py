@@ -30,6 +30,7 @@ capsules in red and green, and the predicted pair.
 
 import os
 
+import atomic
 import common
 import data
 import keras  # (before tensorflow, see common.py)
@@ -110,7 +111,7 @@ def plot_multimnist(model, images, labels, path):
             ax.set_yticks([])
     fig.suptitle("Input (top); the two predicted capsules decoded, red and green (bottom)")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic.save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 
