@@ -157,6 +157,13 @@ def assert_serves(served, expected, names=None):
         )
 
 
+# JAX converts a model for export by tracing it (jax2tf, jax2onnx): these
+# two windowed models took about 5 of the 6 minutes of JAX's export tests
+# in CI. They are exported from TensorFlow and torch; the routers and the
+# other models from JAX too.
+EXPORTED_ON_TF_AND_TORCH_ONLY = {"MatrixCapsNet", "SegCaps"}
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_export_serves_keras_scores(fmt, tmp_path, subtests):
     """One test per format, one subtest per model: an exporter's set-up
@@ -165,6 +172,8 @@ def test_export_serves_keras_scores(fmt, tmp_path, subtests):
     processes."""
     skip_unsupported(fmt)
     for name in MODELS:
+        if BACKEND == "jax" and name in EXPORTED_ON_TF_AND_TORCH_ONLY:
+            continue
         with subtests.test(msg=name):
             model, images, expected = built(name)
             path = str(tmp_path / f"{name}-{FILENAMES[fmt]}")
