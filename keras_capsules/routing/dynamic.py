@@ -115,10 +115,6 @@ class DynamicRouting(Router):
         del activations  # Dynamic routing does not use child activations.
         out_caps = votes.shape[2]
         u = parent_major(votes)
-        # Every iteration but the last only feeds the logits.
-        early = ops.stop_gradient(u) if self.stop_gradient else u
-        early_norm = safe_norm(early) if self.agreement == "cosine" else None
-        logits = coefficients = None
         # A softmax over one parent is 1 whatever the logits: one pass.
         iterations = 1 if out_caps == 1 else self.iterations
         if self.backward == "manual":
@@ -132,6 +128,10 @@ class DynamicRouting(Router):
                 fused=self._xla_compiles(),
             )
             return v, safe_norm(v), swap_caps(coefficients)
+        # Every iteration but the last only feeds the logits.
+        early = ops.stop_gradient(u) if self.stop_gradient else u
+        early_norm = safe_norm(early) if self.agreement == "cosine" else None
+        logits = coefficients = None
         for r in range(iterations):
             last = r == iterations - 1
             uu = u if last else early
