@@ -121,13 +121,8 @@ def load_sets(args):
     def digits(split):
         return affine_data.digits_and_labels(data.load_split("mnist", split, args.data_dir), limit)
 
-    train = (
-        data.load_split("mnist", train_split, args.data_dir)
-        .map(lambda e: (tf.cast(e["image"], tf.float32) / 255.0, e["label"]), data.AUTOTUNE)
-        .shuffle(10_000, reshuffle_each_iteration=True)
-        .batch(args.batch_size)
-        .map(lambda x, y: (affine_data.random_translation(x), y), data.AUTOTUNE)
-        .prefetch(data.AUTOTUNE)
+    train = data.mnist(train_split, args.batch_size, data_dir=args.data_dir, shuffle=True).map(
+        lambda x, y: (affine_data.random_translation(x), y), data.AUTOTUNE
     )
     validation_digits, validation_labels = digits(validation_split)
     test_digits, test_labels = digits("test")
