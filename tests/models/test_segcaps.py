@@ -111,8 +111,15 @@ def test_learns_with_the_defaults_and_saves():
         path = os.path.join(tmp, "segcaps.keras")
         model.save(path)
         loaded = keras.saving.load_model(path, safe_mode=True)
-    np.testing.assert_allclose(to_numpy(loaded(images[:2])), to_numpy(model(images[:2])), atol=1e-6)
     assert isinstance(loaded, kc.models.SegCaps) and loaded.compiled
+    for a, b in zip(loaded.weights, model.weights):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+    if keras.backend.backend() == "torch":
+        # Eager calls cost JAX ~25 s here (an XLA compile per op) and TF
+        # seconds; the same weights and config give the same outputs.
+        np.testing.assert_allclose(
+            to_numpy(loaded(images[:2])), to_numpy(model(images[:2])), atol=1e-6
+        )
 
 
 @pytest.mark.parametrize(
