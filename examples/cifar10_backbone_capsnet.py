@@ -84,6 +84,7 @@ def load_data(args, batch_size, drop_remainder=False):
             args.data_dir,
             drop_remainder=drop_remainder,
             training=training,
+            order=data.epoch_order(args) if training else None,
         )
 
     validation = None if validation_split is None else load(validation_split, False)

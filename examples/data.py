@@ -13,6 +13,8 @@ import math
 import os
 import socket
 import types
+import typing
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -192,29 +194,170 @@ def mock_data(num_examples, seed=0):
         yield
 
 
-def _finish(ds, batch_size, training, shuffle_buffer, drop_remainder=False):
+class EpochOrder(typing.NamedTuple):
+    """Which training epochs a loader yields, and the seed they come from.
+
+    Epoch `e`'s order and random augmentation are a function of `(seed,
+    e)` alone (stateless random ops), not of the process's random state:
+    a run resumed at epoch `e` sees the same batches as one that never
+    stopped. `epochs`: how many epochs from `first_epoch`, in sequence;
+    `steps_per_epoch`: the first batches of each (default: all).
+    """
+
+    seed: int
+    first_epoch: int = 0
+    epochs: int = 1
+    steps_per_epoch: int | None = None
+
+
+def epoch_order(args):
+    """The `EpochOrder` that `common.run` puts on `args` (`None` without it:
+    epoch 0 of a fresh seed)."""
+    return getattr(args, "epoch_order", None)
+
+
+def fresh_seed():
+    """A seed from TensorFlow's global random state (which
+    `keras.utils.set_random_seed` sets): a different one in each unseeded run."""
+    return int(tf.random.uniform((), 0, 2**31 - 1, tf.int64))
+
+
+def epoch_key(seed, epoch):
+    """The stateless key `(2,) int64` of one training epoch."""
+    return tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
+
+
+def stream(key, k):
+    """Independent stateless key number `k` of `key`."""
+    return tf.random.experimental.stateless_fold_in(key, k)
+
+
+def _shuffled(ds, buffer_size, key):
+    """`ds.shuffle(buffer_size, reshuffle_each_iteration=False)` in the order
+    of the stateless `key` (a tensor: the epoch's).
+
+    The shuffle op itself, as `Dataset.shuffle` builds it: that method's
+    seed handling compares a tensor seed with 0 in Python when the global
+    seed is 0, which fails inside `flat_map`.
+    """
+    seeds = tf.random.stateless_uniform((2,), key, 0, 2**31 - 1, tf.int64)
+    spec = ds.element_spec
+    components = tf.nest.flatten(spec)
+    variant = tf.raw_ops.ShuffleDataset(
+        input_dataset=tf.data.experimental.to_variant(ds),
+        buffer_size=tf.constant(buffer_size, tf.int64),
+        seed=seeds[0],
+        seed2=seeds[1],
+        reshuffle_each_iteration=False,
+        output_types=[c.dtype for c in components],
+        output_shapes=[c.shape for c in components],
+    )
+    return tf.data.experimental.from_variant(variant, spec)
+
+
+def training_batches(
+    ds,
+    batch_size,
+    order=None,
+    augment=None,
+    batch_augment=None,
+    shuffle_buffer=10_000,
+    drop_remainder=False,
+):
+    """Shuffled, augmented training batches of the epochs of `order`.
+
+    ds: the examples, in a fixed order. Each epoch shuffles them
+    (`shuffle_buffer`), maps `augment(example, key)` over them with a
+    stateless key per example, batches them and maps `batch_augment(batch,
+    key)` over the batches, every key a function of the epoch's
+    `epoch_key` and the position: an epoch is the same whether a run
+    reaches it or resumes at it, and whatever the order in which parallel
+    map calls run. `order`: an `EpochOrder` (default: epoch 0 of
+    `fresh_seed()`). The epochs follow each other in one dataset whose
+    cardinality is known (`epochs x batches per epoch`; counted once when
+    a filter hides it).
+    """
+    order = order or EpochOrder(fresh_seed())
+
+    def epoch(e):
+        key = epoch_key(order.seed, e)
+        batches = _shuffled(ds, shuffle_buffer, stream(key, 0))
+        if augment is not None:
+            example_key = stream(key, 1)
+            batches = batches.enumerate().map(
+                lambda i, example: augment(example, stream(example_key, i)), AUTOTUNE
+            )
+        batches = batches.batch(batch_size, drop_remainder=drop_remainder)
+        if batch_augment is not None:
+            batch_key = stream(key, 2)
+            batches = batches.enumerate().map(
+                lambda i, batch: batch_augment(batch, stream(batch_key, i)), AUTOTUNE
+            )
+        if order.steps_per_epoch is not None:
+            batches = batches.take(order.steps_per_epoch)
+        return batches
+
+    first = epoch(tf.constant(order.first_epoch, tf.int64))
+    if order.epochs == 1:
+        return first.prefetch(AUTOTUNE)
+    per_epoch = int(first.cardinality())
+    if per_epoch < 0:  # unknown (a filter): count one epoch
+        per_epoch = int(first.reduce(np.int64(0), lambda n, _: n + 1))
+    epochs = tf.data.Dataset.range(order.first_epoch, order.first_epoch + order.epochs)
+    batches = epochs.flat_map(epoch).apply(
+        tf.data.experimental.assert_cardinality(order.epochs * per_epoch)
+    )
+    batches = batches.prefetch(AUTOTUNE)
+    _BATCHES_PER_EPOCH[batches] = per_epoch
+    return batches
+
+
+# The datasets of several epochs that training_batches made: batches per epoch.
+_BATCHES_PER_EPOCH = weakref.WeakKeyDictionary()
+
+
+def batches_per_epoch(dataset):
+    """The batches of each epoch of a `training_batches` dataset of several
+    epochs (`fit`'s `steps_per_epoch` for it); `None` for other datasets."""
+    try:
+        return _BATCHES_PER_EPOCH.get(dataset)
+    except TypeError:  # not weakly referable: not one of ours
+        return None
+
+
+def _finish(ds, batch_size, training, shuffle_buffer, drop_remainder=False, **training_kwargs):
     if training:
-        ds = ds.shuffle(shuffle_buffer, reshuffle_each_iteration=True)
+        return training_batches(
+            ds,
+            batch_size,
+            shuffle_buffer=shuffle_buffer,
+            drop_remainder=drop_remainder,
+            **training_kwargs,
+        )
     return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
 
 
 # ----------------------------------------------------------------- MNIST
 
 
-def random_shift(image, max_shift=2):
+# The random changes below are stateless: `key` (a `(2,)` int seed, see
+# `training_batches`) fixes each draw.
+
+
+def random_shift(image, key, max_shift=2):
     """Shifts by up to `max_shift` pixels each way, filling with zeros (Sabour et al.)."""
     height, width, channels = image.shape
     padded = tf.pad(image, [[max_shift] * 2, [max_shift] * 2, [0, 0]])
-    return tf.image.random_crop(padded, (height, width, channels))
+    return tf.image.stateless_random_crop(padded, (height, width, channels), key)
 
 
-def random_rotate(image, max_degrees=30.0):
+def random_rotate(image, key, max_degrees=30.0):
     """Rotation about the centre by `max_degrees * clip(N(0, 0.33), +-1)`.
 
     The angle distribution of the Efficient-CapsNet code
     (`image_rotate_random`); bilinear, zero fill.
     """
-    angle = tf.clip_by_value(tf.random.normal((), 0.0, 0.33), -0.9999, 0.9999)
+    angle = tf.clip_by_value(tf.random.stateless_normal((), key, 0.0, 0.33), -0.9999, 0.9999)
     angle = angle * max_degrees * math.pi / 180.0
     height, width = float(image.shape[0]), float(image.shape[1])
     cos, sin = tf.cos(angle), tf.sin(angle)
@@ -243,11 +386,11 @@ def random_rotate(image, max_degrees=30.0):
     return tf.ensure_shape(rotated[0], image.shape)
 
 
-def random_erase(image, size=4):
+def random_erase(image, key, size=4):
     """Zeroes one random `size x size` patch (Efficient-CapsNet `image_erase_random`)."""
     height, width, _ = image.shape
-    top = tf.random.uniform((), 0, height - size + 1, tf.int32)
-    left = tf.random.uniform((), 0, width - size + 1, tf.int32)
+    top = tf.random.stateless_uniform((), stream(key, 0), 0, height - size + 1, tf.int32)
+    left = tf.random.stateless_uniform((), stream(key, 1), 0, width - size + 1, tf.int32)
     rows = tf.range(height)[:, None, None]
     cols = tf.range(width)[None, :, None]
     patch = (rows >= top) & (rows < top + size) & (cols >= left) & (cols < left + size)
@@ -256,6 +399,24 @@ def random_erase(image, size=4):
 
 def _mnist_image(example):
     return tf.cast(example["image"], tf.float32) / 255.0, example["label"]
+
+
+def _capsnet_augment(example, key):
+    image, label = example
+    return random_shift(image, key), label
+
+
+def _efficient_capsnet_augment(example, key):
+    image, label = example
+    image = random_rotate(image, stream(key, 0))
+    return random_erase(random_shift(image, stream(key, 1)), stream(key, 2)), label
+
+
+MNIST_AUGMENTATIONS = {
+    None: None,
+    "capsnet": _capsnet_augment,
+    "efficient_capsnet": _efficient_capsnet_augment,
+}
 
 
 def mnist(
@@ -267,6 +428,7 @@ def mnist(
     shuffle_buffer=10_000,
     drop_remainder=False,
     shuffle=None,
+    order=None,
 ):
     """MNIST `(image in [0, 1], integer label)` batches.
 
@@ -276,16 +438,21 @@ def mnist(
     random 4x4 erase, after Mazzia et al.'s code). Only for training data:
     validation and test data take `None`.
     shuffle: shuffle each epoch (default: when augmenting, i.e. training).
+    order: the training epochs (`EpochOrder`, see `training_batches`).
     """
-    if augment not in (None, "capsnet", "efficient_capsnet"):
+    if augment not in MNIST_AUGMENTATIONS:
         raise ValueError(f"Unknown MNIST augmentation. Received: augment={augment!r}")
     ds = load_split("mnist", split, data_dir, download).map(_mnist_image, AUTOTUNE)
     training = augment is not None if shuffle is None else shuffle
-    if augment == "capsnet":
-        ds = ds.map(lambda x, y: (random_shift(x), y), AUTOTUNE)
-    elif augment == "efficient_capsnet":
-        ds = ds.map(lambda x, y: (random_erase(random_shift(random_rotate(x))), y), AUTOTUNE)
-    return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
+    return _finish(
+        ds,
+        batch_size,
+        training,
+        shuffle_buffer,
+        drop_remainder,
+        order=order,
+        augment=MNIST_AUGMENTATIONS[augment],
+    )
 
 
 # ------------------------------------------------------------- smallNORB
@@ -300,10 +467,11 @@ def _smallnorb_pair(example):
     return stereo, example["label_category"]
 
 
-def _smallnorb_train(image, label):
-    image = tf.image.random_crop(image, (32, 32, 2))
-    image = tf.image.random_brightness(image, max_delta=32.0 / 255.0)
-    image = tf.image.random_contrast(image, lower=0.5, upper=1.5)
+def _smallnorb_train(example, key):
+    image, label = example
+    image = tf.image.stateless_random_crop(image, (32, 32, 2), stream(key, 0))
+    image = tf.image.stateless_random_brightness(image, 32.0 / 255.0, stream(key, 1))
+    image = tf.image.stateless_random_contrast(image, 0.5, 1.5, stream(key, 2))
     return tf.image.per_image_standardization(image), label
 
 
@@ -329,11 +497,12 @@ def _efficient_capsnet_pair(example):
     return tf.image.resize(stereo, size), example["label_category"]
 
 
-def _efficient_capsnet_train(image, label):
+def _efficient_capsnet_train(example, key):
+    image, label = example
     patch = EFFICIENT_CAPSNET_PATCH
-    image = tf.image.random_crop(image, (patch, patch, 2))
-    image = tf.image.random_brightness(image, max_delta=2.0)
-    return tf.image.random_contrast(image, lower=0.5, upper=1.5), label
+    image = tf.image.stateless_random_crop(image, (patch, patch, 2), stream(key, 0))
+    image = tf.image.stateless_random_brightness(image, 2.0, stream(key, 1))
+    return tf.image.stateless_random_contrast(image, 0.5, 1.5, stream(key, 2)), label
 
 
 def _efficient_capsnet_test(image, label):
@@ -362,21 +531,23 @@ def edge_pad(image, padding):
     return tf.gather(tf.gather(image, rows, axis=0), cols, axis=1)
 
 
-def _heinsen_crop(image, label):
+def _heinsen_crop(example, key):
+    image, label = example
     shape = tf.shape(image)
     padded = edge_pad(image, HEINSEN_PADDING)
-    return tf.image.random_crop(padded, shape), label
+    return tf.image.stateless_random_crop(padded, shape, key), label
 
 
-def mixup(images, labels, num_classes, alpha=(0.2, 0.2)):
+def mixup(images, labels, num_classes, key, alpha=(0.2, 0.2)):
     """Mixup within a batch: each example is mixed with a random partner of
     the same batch, `r ~ Beta(alpha)` per example: `lerp(x, x[perm], r)`,
-    and the one-hot labels alike (Heinsen's training loop)."""
+    and the one-hot labels alike (Heinsen's training loop). `key`: the
+    stateless seed of the draws."""
     batch = tf.shape(images)[0]
-    x = tf.random.gamma((batch,), alpha[0])
-    y = tf.random.gamma((batch,), alpha[1])
+    x = tf.random.stateless_gamma((batch,), stream(key, 0), alpha[0])
+    y = tf.random.stateless_gamma((batch,), stream(key, 1), alpha[1])
     r = x / (x + y)
-    perm = tf.random.shuffle(tf.range(batch))
+    perm = tf.argsort(tf.random.stateless_uniform((batch,), stream(key, 2)))
     targets = tf.one_hot(labels, num_classes)
     mixed = images + (tf.gather(images, perm) - images) * r[:, None, None, None]
     targets = targets + (tf.gather(targets, perm) - targets) * r[:, None]
@@ -387,8 +558,9 @@ def _heinsen_test(image, label):
     return image, label
 
 
-def _heinsen_mixup(images, labels):
-    return mixup(images, labels, len(SMALLNORB_CLASSES), (0.2, 0.2))
+def _heinsen_mixup(batch, key):
+    images, labels = batch
+    return mixup(images, labels, len(SMALLNORB_CLASSES), key, (0.2, 0.2))
 
 
 SMALLNORB_RECIPES = {
@@ -414,6 +586,7 @@ def smallnorb(
     drop_remainder=False,
     recipe="hinton",
     viewpoints=None,
+    order=None,
 ):
     """smallNORB `(stereo image, category)` batches, each paper's way.
 
@@ -432,6 +605,7 @@ def smallnorb(
     image), or `(split, familiar)` of a `SMALLNORB_VIEWPOINT_SPLITS` key
     and a bool: only the images of that split's training viewpoints
     (`familiar=True`) or only the others (see `viewpoint_filter`).
+    `order`: the training epochs (`EpochOrder`, see `training_batches`).
     """
     if recipe not in SMALLNORB_RECIPES:
         raise ValueError(
@@ -444,16 +618,17 @@ def smallnorb(
     if viewpoints is not None:
         ds = ds.filter(viewpoint_filter(*viewpoints))
     ds = ds.map(pair, AUTOTUNE)
-    ds = _finish(
-        ds.map(train if training else test, AUTOTUNE),
+    if not training:
+        return _finish(ds.map(test, AUTOTUNE), batch_size, False, shuffle_buffer, drop_remainder)
+    return training_batches(
+        ds,
         batch_size,
-        training,
-        shuffle_buffer,
-        drop_remainder,
+        order,
+        augment=train,
+        batch_augment=train_batch,
+        shuffle_buffer=shuffle_buffer,
+        drop_remainder=drop_remainder,
     )
-    if training and train_batch is not None:
-        ds = ds.map(train_batch, AUTOTUNE)
-    return ds
 
 
 # Hinton, Sabour & Frosst (2018), section 5 ("Generalization to novel
@@ -528,6 +703,7 @@ def smallnorb_splits(args, batch_size, drop_remainder=False, recipe="hinton"):
             drop_remainder=drop_remainder,
             recipe=recipe,
             viewpoints=None if viewpoints is None else (viewpoints, familiar),
+            order=epoch_order(args) if training else None,
         )
 
     validation = None if validation_split is None else load(validation_split, False)
@@ -582,6 +758,7 @@ def multimnist(
     seed=None,
     drop_remainder=False,
     shuffle_buffer=10_000,
+    order=None,
 ):
     """MultiMNIST (Sabour et al. 2017, sec. 6), generated on the fly from MNIST.
 
@@ -591,30 +768,28 @@ def multimnist(
     Yields `(merged, {"labels": (batch, 2) int32, "images": (batch, 2,
     36, 36, 1)})`: the two classes and each digit alone on the canvas.
 
-    Training (`seed=None`): new partners and shifts each epoch. With an
-    integer `seed` the pairs and shifts are a fixed function of the seed
-    and the image index (stateless RNG), so a test set is the same in
-    every run, whatever the global seed.
+    Training (`seed=None`): new partners and shifts each epoch, in a new
+    order, those of `order` (an `EpochOrder`, see `training_batches`).
+    With an integer `seed` the pairs and shifts are a fixed function of
+    the seed and the image index (stateless RNG), in order, so a test set
+    is the same in every run, whatever the global seed.
     """
     images, labels = _all_examples("mnist", split, data_dir, download)
     count = int(labels.shape[0])
     size = 28 + 2 * max_shift
     # Indices sorted by class: the images of another class than l are the
     # positions outside [start[l], start[l] + per_class[l]).
-    order = tf.argsort(labels, stable=True)
+    by_class = tf.argsort(labels, stable=True)
     per_class = tf.math.bincount(labels, minlength=10, dtype=tf.int32)
     start = tf.cumsum(per_class, exclusive=True)
 
-    def uniform(index, shape, maxval):
-        if seed is None:
-            return tf.random.uniform(shape, 0, maxval, tf.int32)
-        return tf.random.stateless_uniform(shape, tf.stack([seed, index]), 0, maxval, tf.int32)
-
-    def make(index):
+    def make(index, key, offsets_key):
         label = labels[index]
-        r = uniform(index, (), tf.maximum(count - per_class[label], 1))
-        partner = order[tf.where(r < start[label], r, r + per_class[label])]
-        offsets = uniform(index + count, (2, 2), 2 * max_shift + 1)  # another stream
+        r = tf.random.stateless_uniform(
+            (), key, 0, tf.maximum(count - per_class[label], 1), tf.int32
+        )
+        partner = by_class[tf.where(r < start[label], r, r + per_class[label])]
+        offsets = tf.random.stateless_uniform((2, 2), offsets_key, 0, 2 * max_shift + 1, tf.int32)
         first = tf.cast(images[index], tf.float32) / 255.0
         second = tf.cast(images[partner], tf.float32) / 255.0
         merged, digits = overlay_pair(first, second, offsets, size)
@@ -624,8 +799,16 @@ def multimnist(
         raise ValueError(f"MultiMNIST needs two classes in MNIST {split!r}; it has one.")
     ds = tf.data.Dataset.range(count).map(lambda i: tf.cast(i, tf.int32))
     if seed is None:
-        ds = ds.shuffle(min(shuffle_buffer, count), reshuffle_each_iteration=True)
-    ds = ds.map(make, AUTOTUNE)
+        return training_batches(
+            ds,
+            batch_size,
+            order,
+            augment=lambda i, key: make(i, stream(key, 0), stream(key, 1)),
+            shuffle_buffer=min(shuffle_buffer, count),
+            drop_remainder=drop_remainder,
+        )
+    # The test sets' draws, as they were: keys (seed, i) and (seed, i + count).
+    ds = ds.map(lambda i: make(i, tf.stack([seed, i]), tf.stack([seed, i + count])), AUTOTUNE)
     return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
 
 
@@ -674,6 +857,7 @@ def digit_canvases(
     shuffle_buffer=10_000,
     drop_remainder=False,
     noise_type="uniform",
+    order=None,
 ):
     """Segmentation of MNIST digits on a noisy canvas, made on the fly.
 
@@ -695,8 +879,9 @@ def digit_canvases(
     function of `seed` and `i` (stateless RNG), in order, the same in
     every pass and every run whatever the global seed.
     `training=True`: new digits, places and noise each pass, in an order
-    shuffled each pass; the passes are the same in every run with the same
-    `seed` (`seed=None`: they follow TensorFlow's global seed, which
+    shuffled each pass: the epochs of `order` (an `EpochOrder`, see
+    `training_batches`; without it, epoch 0 of `seed`, or with `seed=None`
+    of a seed from TensorFlow's global seed, which
     `keras.utils.set_random_seed` sets).
     """
     if canvas_size < DIGIT_SIZE:
@@ -742,14 +927,17 @@ def digit_canvases(
 
     indices = tf.data.Dataset.range(total)
     if training:
-        # A fresh 64-bit draw per canvas and pass, reproducible from `seed`.
-        draws = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-    else:
-        draws = tf.data.Dataset.from_tensors(tf.constant(seed, tf.int64)).repeat()
-    ds = tf.data.Dataset.zip(indices, draws)
-    if training:
-        ds = ds.shuffle(min(shuffle_buffer, total), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.map(lambda i, draw: make(tf.cast(i, tf.int32), tf.stack([draw, i])), AUTOTUNE)
+        return training_batches(
+            indices,
+            batch_size,
+            order or (None if seed is None else EpochOrder(seed)),
+            augment=lambda i, key: make(tf.cast(i, tf.int32), key),
+            shuffle_buffer=min(shuffle_buffer, total),
+            drop_remainder=drop_remainder,
+        )
+    ds = indices.map(
+        lambda i: make(tf.cast(i, tf.int32), tf.stack([tf.constant(seed, tf.int64), i])), AUTOTUNE
+    )
     return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
 
 
@@ -769,9 +957,10 @@ def _pet_and_mask(image_size):
     return convert
 
 
-def _flip_both(image, mask):
+def _flip_both(example, key):
     """The same random left-right flip of an image and its mask."""
-    both = tf.image.random_flip_left_right(tf.concat([image, mask], axis=-1))
+    image, mask = example
+    both = tf.image.stateless_random_flip_left_right(tf.concat([image, mask], axis=-1), key)
     return both[..., :-1], both[..., -1:]
 
 
@@ -785,6 +974,7 @@ def oxford_pets_segmentation(
     flip=True,
     shuffle_buffer=1_000,
     drop_remainder=False,
+    order=None,
 ):
     """Pet vs background masks of TFDS `oxford_iiit_pet`.
 
@@ -794,14 +984,22 @@ def oxford_pets_segmentation(
     by nearest neighbour and made the pet's mask: 1 on the pet, 0
     elsewhere (the border counts as background). `training=True`:
     shuffled, and with `flip` image and mask flipped left-right together
-    at random. Yields `(images (batch, s, s, 3) float32 in [0, 1], masks
-    (batch, s, s, 1) float32 of 0/1)`.
+    at random; the epochs of `order` (an `EpochOrder`, see
+    `training_batches`). Yields `(images (batch, s, s, 3) float32 in [0, 1],
+    masks (batch, s, s, 1) float32 of 0/1)`.
     """
     ds = load_split("oxford_iiit_pet", split, data_dir, download)
     ds = ds.map(_pet_and_mask(image_size), AUTOTUNE)
-    if training and flip:
-        ds = ds.map(_flip_both, AUTOTUNE)
-    return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
+    if not training:
+        return _finish(ds, batch_size, False, shuffle_buffer, drop_remainder)
+    return training_batches(
+        ds,
+        batch_size,
+        order,
+        augment=_flip_both if flip else None,
+        shuffle_buffer=shuffle_buffer,
+        drop_remainder=drop_remainder,
+    )
 
 
 def foreground_weight(dataset, max_batches=20):
@@ -842,24 +1040,39 @@ def cifar10(
     shuffle_buffer=10_000,
     drop_remainder=False,
     training=None,
+    order=None,
 ):
     """CIFAR-10 `(RGB image in [0, 1], label)` batches, resized to `image_size`.
 
     Training (`training`, default `split == "train"`; pass it for slices):
     shuffled, random horizontal flip and a random crop of the image padded
     by 4 px (the usual CIFAR augmentation), then the resize (bilinear; none
-    at 32).
+    at 32); the epochs of `order` (an `EpochOrder`, see `training_batches`).
     """
     training = split == "train" if training is None else training
 
+    def resize(image):
+        return image if image_size == 32 else tf.image.resize(image, (image_size, image_size))
+
     def prepare(example):
-        image = tf.cast(example["image"], tf.float32) / 255.0
-        if training:
-            image = tf.image.random_flip_left_right(image)
-            image = tf.image.random_crop(tf.pad(image, [[4, 4], [4, 4], [0, 0]]), (32, 32, 3))
-        if image_size != 32:
-            image = tf.image.resize(image, (image_size, image_size))
-        return image, example["label"]
+        return tf.cast(example["image"], tf.float32) / 255.0, example["label"]
+
+    def augment(example, key):
+        image, label = example
+        image = tf.image.stateless_random_flip_left_right(image, stream(key, 0))
+        padded = tf.pad(image, [[4, 4], [4, 4], [0, 0]])
+        return resize(tf.image.stateless_random_crop(padded, (32, 32, 3), stream(key, 1))), label
 
     ds = load_split("cifar10", split, data_dir, download).map(prepare, AUTOTUNE)
-    return _finish(ds, batch_size, training, shuffle_buffer, drop_remainder)
+    if not training:
+        return _finish(
+            ds.map(lambda x, y: (resize(x), y)), batch_size, False, shuffle_buffer, drop_remainder
+        )
+    return training_batches(
+        ds,
+        batch_size,
+        order,
+        augment=augment,
+        shuffle_buffer=shuffle_buffer,
+        drop_remainder=drop_remainder,
+    )

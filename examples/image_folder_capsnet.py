@@ -24,6 +24,7 @@ to --output-dir (default runs/image_folder_capsnet).
 """
 
 import common
+import data
 import figures
 import keras  # (before tensorflow, see common.py)
 
@@ -136,7 +137,9 @@ def load_data(args, batch_size, drop_remainder=False):
     def finish(ds, training):
         ds = ds.map(lambda x, y: (x / 255.0, y))
         if training:  # new order each epoch (the file listing was shuffled once)
-            ds = ds.shuffle(10_000, reshuffle_each_iteration=True)
+            return data.training_batches(
+                ds, batch_size, data.epoch_order(args), drop_remainder=drop_remainder
+            )
         return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(-1)
 
     return (

@@ -64,7 +64,13 @@ def build_model(args):
 
 def load_data(args, batch_size, drop_remainder=False):
     train_split, validation_split = data.train_validation_splits(args.validation_fraction)
-    train = data.multimnist(train_split, batch_size, args.data_dir, drop_remainder=drop_remainder)
+    train = data.multimnist(
+        train_split,
+        batch_size,
+        args.data_dir,
+        drop_remainder=drop_remainder,
+        order=data.epoch_order(args),
+    )
     validation, test = (
         None
         if split is None

@@ -33,7 +33,7 @@ import segmentation
 
 
 def load_data(args, batch_size, drop_remainder=False):
-    def canvases(split, training):
+    def canvases(split, training, order=None):
         return data.digit_canvases(
             split,
             batch_size,
@@ -44,6 +44,7 @@ def load_data(args, batch_size, drop_remainder=False):
             # the same in every run.
             seed=args.seed if training else 0,
             drop_remainder=drop_remainder,
+            order=order,
         )
 
     return segmentation.load_splits(args, canvases)

@@ -27,7 +27,7 @@ import segmentation
 
 
 def load_data(args, batch_size, drop_remainder=False):
-    def pets(split, training):
+    def pets(split, training, order=None):
         return data.oxford_pets_segmentation(
             split,
             batch_size,
@@ -35,6 +35,7 @@ def load_data(args, batch_size, drop_remainder=False):
             image_size=args.image_size,
             training=training,
             drop_remainder=drop_remainder,
+            order=order,
         )
 
     return segmentation.load_splits(args, pets)

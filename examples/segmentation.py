@@ -69,14 +69,17 @@ def figures(model, test, output_dir, args):
 
 
 def load_splits(args, make):
-    """`(train, validation, test)` from `make(split, training)`, the
-    validation split held out by `--validation-fraction` (`None` at 0);
-    sets `args.positive_weight` from the training masks (background over
-    foreground pixels of the first batches) and records it in
-    `metrics.json`."""
+    """`(train, validation, test)` from `make(split, training, order)`, the
+    validation split held out by `--validation-fraction` (`None` at 0),
+    the training epochs those of `args.epoch_order`; sets
+    `args.positive_weight` from the training masks (background over
+    foreground pixels of the first batches of epoch 0, also in a resumed
+    run) and records it in `metrics.json`."""
     train_split, validation_split = data.train_validation_splits(args.validation_fraction)
-    train = make(train_split, True)
-    args.positive_weight = data.foreground_weight(train, max_batches=FOREGROUND_BATCHES)
+    order = data.epoch_order(args)
+    train = make(train_split, True, order)
+    first_epoch = make(train_split, True, order and order._replace(first_epoch=0, epochs=1))
+    args.positive_weight = data.foreground_weight(first_epoch, max_batches=FOREGROUND_BATCHES)
     args.extra_metrics = {"positive_weight": args.positive_weight}
     validation = None if validation_split is None else make(validation_split, False)
     return train, validation, make("test", False)
