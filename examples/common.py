@@ -11,12 +11,15 @@ once, after training (nothing is selected on it), and writes
 import argparse
 import contextlib
 import csv
+import json
 import math
 import os
+import random
 import sys
 import time
 
 import atomic
+import backup
 import keras  # Before tensorflow: torch and TF clash if TF loads first.
 from xla_flags import YNN_CONVOLUTIONS_OFF
 
@@ -33,7 +36,7 @@ VALIDATION_FRACTION = 0.1
 
 def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arguments=None):
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--epochs", type=int, default=epochs)
+    parser.add_argument("--epochs", type=int, default=None, help=f"(default: {epochs}; --smoke: 1)")
     parser.add_argument(
         "--batch-size",
         type=int,
@@ -105,7 +108,16 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arg
         type=int,
         default=None,
         help="seed of Python, NumPy, TensorFlow and the backend "
-        "(keras.utils.set_random_seed; default: unseeded)",
+        "(keras.utils.set_random_seed) and of the training data's order and "
+        "augmentation (default: a random seed, recorded in metrics.json)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help=f"continue the run whose {backup.FILE_NAME} is in --output-dir (written "
+        "after each epoch) at the epoch after it, on the batches the run would "
+        "have seen; without a backup, train from the start; a finished run "
+        "is not trained again",
     )
     parser.add_argument(
         "--seeds",
@@ -118,7 +130,8 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arg
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help=f"{SMOKE_STEPS} steps on fake TFDS data (data.mock_data; for tests)",
+        help=f"{SMOKE_STEPS} steps per epoch, 1 epoch unless --epochs, on fake TFDS "
+        "data (data.mock_data; for tests)",
     )
     if add_arguments is not None:
         add_arguments(parser)
@@ -131,8 +144,11 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arg
             f"--validation-fraction {args.validation_fraction}"
         )
     if args.smoke:
-        args.epochs, args.batch_size = 1, SMOKE_BATCH_SIZE
-        args.steps_per_epoch = SMOKE_STEPS
+        args.batch_size, args.steps_per_epoch = SMOKE_BATCH_SIZE, SMOKE_STEPS
+    if args.epochs is None:
+        args.epochs = 1 if args.smoke else epochs
+    if args.epochs < 1:
+        parser.error(f"--epochs must be >= 1. Received: --epochs {args.epochs}")
     return args
 
 
@@ -197,28 +213,57 @@ class TrainingLog(keras.callbacks.Callback):
     """`training_log.csv`: a row per epoch, a column per value of `fit`'s epoch logs.
 
     Unlike `keras.callbacks.CSVLogger`, adds no empty `val_*` columns to a
-    run without validation data.
+    run without validation data. `rows`: those of the epochs before this
+    `fit` (a resumed run's, from its backup). The file is rewritten whole
+    after each epoch (`atomic.replacing`).
     """
 
-    def __init__(self, path):
+    def __init__(self, path, rows=()):
         super().__init__()
-        self.path, self.file, self.writer = path, None, None
+        self.path, self.rows = path, [dict(row) for row in rows]
 
     def on_train_begin(self, logs=None):
-        self.file, self.writer = open(self.path, "w", newline=""), None
+        self.write()  # drops the rows a killed run wrote after its backup
 
     def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
-        if self.writer is None:
-            self.writer = csv.DictWriter(
-                self.file, ["epoch", *sorted(logs)], restval="NA", extrasaction="ignore"
-            )
-            self.writer.writeheader()
-        self.writer.writerow({"epoch": epoch, **logs})
-        self.file.flush()
+        # Python floats, so a row reads the same from a backup and from logs.
+        self.rows.append({"epoch": epoch, **{k: float(v) for k, v in (logs or {}).items()}})
+        self.write()
 
-    def on_train_end(self, logs=None):
-        self.file.close()
+    def write(self):
+        columns = ["epoch", *sorted(self.rows[0].keys() - {"epoch"})] if self.rows else []
+        with atomic.replacing(self.path) as temporary:
+            with open(temporary, "w", newline="") as f:
+                writer = csv.DictWriter(f, columns, restval="NA", extrasaction="ignore")
+                if columns:
+                    writer.writeheader()
+                writer.writerows(self.rows)
+
+    def history(self):
+        """`{key: [value per epoch]}`, as `fit`'s `History`, of every epoch."""
+        keys = [key for key in (self.rows[0] if self.rows else {}) if key != "epoch"]
+        return {key: [row.get(key, math.nan) for row in self.rows] for key in keys}
+
+
+class StopOnNonFinite(keras.callbacks.Callback):
+    """`keras.callbacks.TerminateOnNaN` that says where: stops `fit` after
+    the first step whose loss is NaN or infinite (a bad input batch, or
+    weights gone bad) and records that step (`stopped_at`: epoch, batch,
+    step over all epochs of this `fit`, loss)."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps, self.epoch, self.stopped_at = 0, 0, None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+        loss = (logs or {}).get("loss")
+        if self.stopped_at is None and loss is not None and not math.isfinite(float(loss)):
+            self.stopped_at = (self.epoch, batch, self.steps, float(loss))
+            self.model.stop_training = True
 
 
 class StepLog(keras.callbacks.Callback):
@@ -230,13 +275,16 @@ class StepLog(keras.callbacks.Callback):
     one size: a smaller last batch of an epoch gets a value between its
     own and the epoch's mean. `steps` counts the steps over all epochs,
     `values[key]` lists their values, `epoch_ends` the step that ended
-    each epoch.
+    each epoch. A resumed run's log starts after `done_epochs` epochs of
+    `steps_per_epoch` steps (their ends are known, their steps' values are not).
     """
 
-    def __init__(self, keys=("loss", "accuracy")):
+    def __init__(self, keys=("loss", "accuracy"), done_epochs=0, steps_per_epoch=None):
         super().__init__()
         self.keys = keys
-        self.steps, self.epoch_ends, self.values = [], [], {key: [] for key in keys}
+        self.steps, self.values = [], {key: [] for key in keys}
+        self.epoch_ends = [(k + 1) * (steps_per_epoch or 0) for k in range(done_epochs)]
+        self.first_step = done_epochs * (steps_per_epoch or 0)
         self.in_epoch, self.means = 0, {}
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -245,7 +293,7 @@ class StepLog(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         logs = logs or {}
         self.in_epoch += 1
-        self.steps.append(len(self.steps) + 1)
+        self.steps.append(self.first_step + len(self.steps) + 1)
         k = self.in_epoch
         for key in self.keys:
             mean = float(logs[key]) if key in logs else math.nan
@@ -254,7 +302,7 @@ class StepLog(keras.callbacks.Callback):
             self.means[key] = mean
 
     def on_epoch_end(self, epoch, logs=None):
-        self.epoch_ends.append(len(self.steps))
+        self.epoch_ends.append(self.first_step + len(self.steps))
 
 
 class TimeBudget(keras.callbacks.Callback):
@@ -389,17 +437,28 @@ def run(
     os.makedirs(output_dir, exist_ok=True)
     if args.seeds > 1:
         return run_seeds(call, args, output_dir)
-    if args.seed is not None:
-        keras.utils.set_random_seed(args.seed)
-    keras.config.set_dtype_policy(args.mixed_precision)
-    mock = contextlib.nullcontext()
-    if args.smoke:
-        import data  # TFDS (and TensorFlow) only for the smoke runs' fake data.
+    import data  # TensorFlow's tf.data, when the run starts (not for --help)
 
-        mock = data.mock_data(SMOKE_EXAMPLES)
+    backup_path = os.path.join(output_dir, backup.FILE_NAME)
+    state = resumed_state(args, output_dir, backup_path)
+    if isinstance(state, dict):  # a finished run: its metrics
+        return state
+    # One seed for the weights, the data order and augmentation; an
+    # unseeded run draws one, so that it too can resume.
+    seed = state.seed if state else args.seed
+    seed = random.SystemRandom().randrange(2**31) if seed is None else seed
+    keras.utils.set_random_seed(seed)
+    first_epoch = state.epochs_done if state else 0
+    args.epoch_order = data.EpochOrder(
+        seed, first_epoch, max(args.epochs - first_epoch, 1), args.steps_per_epoch
+    )
+    keras.config.set_dtype_policy(args.mixed_precision)
+    mock = data.mock_data(SMOKE_EXAMPLES) if args.smoke else contextlib.nullcontext()
     try:
         with mock, distribution_scope(args.distribute) as cluster:
             replicas = cluster.replicas
+            if state is not None and cluster.num_processes > 1:
+                raise SystemExit("--resume: multi-process runs cannot resume yet.")
             if not cluster.is_chief:  # Every process writes; process 0 to --output-dir.
                 output_dir = os.path.join(output_dir, f"process{cluster.process_id}")
                 os.makedirs(output_dir, exist_ok=True)
@@ -412,7 +471,11 @@ def run(
                     f"--validation-fraction {args.validation_fraction} holds out less than "
                     f"one batch of {args.batch_size}: raise it, or pass 0 for no validation."
                 )
-            steps = args.steps_per_epoch or steps_in(train)
+            # A loader that follows args.epoch_order gives the epochs in
+            # sequence: fit takes that many batches per epoch.
+            per_epoch = data.batches_per_epoch(train)
+            fit_steps = args.steps_per_epoch if per_epoch is None else per_epoch
+            steps = fit_steps or steps_in(train)
             model = build_model(args)
             # Keras's "auto" keeps XLA off under tf.distribute; so do we.
             jit = resolve_jit_compile(
@@ -429,29 +492,45 @@ def run(
                 jit_compile=jit,
                 **({} if make_loss is None else {"loss": make_loss(args)}),
             )
+            if state is not None:
+                backup.restore(model, state)
+                print(f"Resumed from {backup_path}: {first_epoch} of {args.epochs} epochs done")
             throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)
-            step_log = StepLog(keys=("loss", score))
-            fit_callbacks = [
-                TrainingLog(os.path.join(output_dir, "training_log.csv")),
-                throughput,
-                step_log,
-            ]
+            # A resumed run without a known epoch length: its curves per epoch.
+            step_log = (
+                StepLog(("loss", score), first_epoch, steps) if steps or not first_epoch else None
+            )
+            training_log = TrainingLog(
+                os.path.join(output_dir, "training_log.csv"), state.log_rows if state else ()
+            )
+            fit_callbacks = [training_log, throughput, *([step_log] if step_log else [])]
             if callbacks is not None:
                 fit_callbacks += callbacks(model, args, steps or 1)
             budget = None if args.time_budget is None else TimeBudget(args.time_budget)
             if budget is not None:
                 fit_callbacks.append(budget)
+            non_finite = StopOnNonFinite()
+            # Last: it backs up the rows training_log has just added.
+            backups = backup.TrainingBackup(backup_path, seed, training_log, first_epoch)
+            fit_callbacks.append(non_finite)
+            if cluster.num_processes == 1:  # multi-process runs are not backed up yet
+                fit_callbacks.append(backups)
             start = time.perf_counter()
-            history = distribute.fit(
-                model,
-                train,
-                epochs=args.epochs,
-                steps_per_epoch=args.steps_per_epoch,
-                callbacks=fit_callbacks,
-                validation_data=validation,
-                verbose=2 if args.smoke else "auto",
-            )
+            if first_epoch < args.epochs:
+                distribute.fit(
+                    model,
+                    train,
+                    epochs=args.epochs,
+                    initial_epoch=first_epoch,
+                    steps_per_epoch=fit_steps,
+                    callbacks=fit_callbacks,
+                    validation_data=validation,
+                    verbose=2 if args.smoke else "auto",
+                )
             train_seconds = time.perf_counter() - start
+            if non_finite.stopped_at is not None:
+                raise SystemExit(non_finite_message(non_finite.stopped_at, backups, backup_path))
+            history = training_log.history()
             test_steps = SMOKE_STEPS if args.smoke else None
             results = distribute.evaluate(
                 model, test, steps=test_steps
@@ -466,7 +545,7 @@ def run(
             model_path = os.path.join(output_dir, "model.keras")
             atomic.save_model(model, model_path)
             plot_history(
-                history.history,
+                history,
                 os.path.join(output_dir, "training_curves.png"),
                 step_log,
                 score=score,
@@ -484,8 +563,8 @@ def run(
         "steps_per_epoch": steps,
         "validation_fraction": args.validation_fraction,
         # The last epoch's validation results (None without validation).
-        f"validation_{score}": last(history.history.get(f"val_{score}")),
-        "validation_loss": last(history.history.get("val_loss")),
+        f"validation_{score}": last(history.get(f"val_{score}")),
+        "validation_loss": last(history.get("val_loss")),
         f"test_{score}": float(test_score),
         "test_loss": float(test_loss),
         "test_metrics": {key: float(value) for key, value in results.items()},
@@ -503,7 +582,8 @@ def run(
         "processes": cluster.num_processes,
         "router": getattr(args, "router", None),
         "smoke": args.smoke,
-        "seed": args.seed,
+        "seed": seed,
+        "resumed_at_epoch": first_epoch if state else None,
         "time_budget_minutes": args.time_budget,
         "trained_steps": throughput.steps,  # all epochs; fewer when the budget stopped it
         "stopped_by_time_budget": budget is not None and budget.stopped_at_step is not None,
@@ -513,11 +593,56 @@ def run(
         ),
     }
     atomic.write_json(os.path.join(output_dir, "metrics.json"), metrics)
+    if not metrics["stopped_by_time_budget"] and os.path.exists(backup_path):
+        os.remove(backup_path)  # finished: nothing to resume
     print(
         f"Test {score} {test_score:.4f}; {metrics['images_per_second'] or math.nan:.1f} "
         f"training images/s on {metrics['backend']}; outputs in {output_dir}"
     )
     return metrics
+
+
+def resumed_state(args, output_dir, backup_path):
+    """The `backup.TrainingState` to resume from (`None`: train from the
+    start), or, for `--resume` of a run that finished, its metrics."""
+    if not args.resume:
+        if os.path.exists(backup_path):
+            print(f"Training from the start (no --resume): {backup_path} will be replaced.")
+        return None
+    try:
+        state = backup.read(backup_path)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
+    metrics_path = os.path.join(output_dir, "metrics.json")
+    if state is None and os.path.exists(metrics_path):
+        with open(metrics_path) as f:
+            metrics = json.load(f)
+        if not metrics.get("stopped_by_time_budget"):
+            print(
+                f"{output_dir} holds a finished run (metrics.json, no backup): not trained again."
+            )
+            return metrics
+    if state is not None and args.seed is not None and args.seed != state.seed:
+        raise SystemExit(
+            f"{backup_path} continues the run of --seed {state.seed}. "
+            f"Received: --seed {args.seed} (pass the same seed, or none)."
+        )
+    return state
+
+
+def non_finite_message(stopped_at, backups, backup_path):
+    epoch, batch, step, loss = stopped_at
+    done = backups.epochs_done
+    last_good = (
+        f"The last good backup, after epoch {done}, is {backup_path}: fix the data or the "
+        "flags, then continue with --resume."
+        if done
+        else "No epoch finished, so there is no backup to resume from."
+    )
+    return (
+        f"Training stopped at step {step} of this run (epoch {epoch + 1}, batch {batch + 1}): "
+        f"the loss is {loss}, from a NaN or Inf in that batch or in the weights. {last_good}"
+    )
 
 
 def last(values):

@@ -258,6 +258,7 @@ def fit(
     validation_data=None,
     validation_steps=None,
     verbose="auto",
+    initial_epoch=0,
 ):
     """`model.fit` in a `scope()`, on global batches; returns the `History`.
 
@@ -274,8 +275,8 @@ def fit(
     Args:
         model: a compiled `keras.Model`, built in `scope()`.
         x, y, batch_size, epochs, steps_per_epoch, callbacks,
-            validation_data, validation_steps, verbose: as for
-            `model.fit`; `batch_size` is the global batch size.
+            validation_data, validation_steps, verbose, initial_epoch: as
+            for `model.fit`; `batch_size` is the global batch size.
 
     Returns:
         the `keras.callbacks.History` of the run.
@@ -294,6 +295,7 @@ def fit(
             validation_data=validation_data,
             validation_steps=validation_steps,
             verbose=verbose,
+            initial_epoch=initial_epoch,
         )
     return loop.fit(
         x,
@@ -305,6 +307,7 @@ def fit(
         validation_data,
         validation_steps,
         verbose,
+        initial_epoch,
     )
 
 
@@ -447,6 +450,7 @@ class _Loop:
         validation_data,
         validation_steps,
         verbose,
+        initial_epoch=0,
     ):
         model = self.model
         if model.optimizer is None:
@@ -466,7 +470,7 @@ class _Loop:
         model.stop_training = False
         callback_list.on_train_begin()
         batches, logs = None, {}
-        for epoch in range(epochs):
+        for epoch in range(initial_epoch, epochs):
             model.reset_metrics()
             callback_list.on_epoch_begin(epoch)
             if batches is None or steps_per_epoch is None:  # Else: go on where it stopped.

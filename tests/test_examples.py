@@ -362,9 +362,10 @@ def test_command_line_runs_turn_off_ynn_convolutions_on_jax(monkeypatch):
     assert os.environ["XLA_FLAGS"] == "--xla_cpu_experimental_ynn_fusion_type="
 
 
-def tiny_run(output_dir, *flags):
+def tiny_run(output_dir, *flags, load_data=None):
     """common.run of a tiny BackboneCapsNet on 16 generated images, one epoch
-    of 3 steps; `--validation-fraction` holds out the last 4 images."""
+    of 3 steps; `--validation-fraction` holds out the last 4 images
+    (`load_data`: other data of those shapes)."""
     import tensorflow as tf
 
     import keras_capsules as kc
@@ -378,7 +379,7 @@ def tiny_run(output_dir, *flags):
             backbone, 3, primary_capsules=2, capsule_dim=4, class_capsule_dim=4
         )
 
-    def load_data(args, batch_size, drop_remainder=False):
+    def generated(args, batch_size, drop_remainder=False):
         held_out = 4 if args.validation_fraction else 0
         train = tf.data.Dataset.from_tensor_slices(
             (images[: 16 - held_out], labels[: 16 - held_out])
@@ -395,7 +396,7 @@ def tiny_run(output_dir, *flags):
         "tiny",
         "d",
         build_model,
-        load_data,
+        load_data or generated,
         lambda args, steps: keras.optimizers.Adam(0.01),
         routers=False,
         argv=argv,
@@ -583,9 +584,9 @@ def test_heinsen_edge_padding_and_mixup():
     image = np.arange(12, dtype="float32").reshape(3, 4, 1)
     padded = data.edge_pad(tf.constant(image), 2).numpy()[..., 0]
     np.testing.assert_array_equal(padded, np.pad(image[..., 0], 2, mode="edge"))
-    tf.random.set_seed(0)
     images = tf.constant(np.random.default_rng(0).uniform(size=(6, 4, 4, 2)), tf.float32)
-    mixed, targets = data.mixup(images, tf.constant([0, 1, 2, 3, 4, 0]), 5)
+    key = tf.constant([0, 0], tf.int64)
+    mixed, targets = data.mixup(images, tf.constant([0, 1, 2, 3, 4, 0]), 5, key)
     assert tuple(mixed.shape) == (6, 4, 4, 2) and tuple(targets.shape) == (6, 5)
     np.testing.assert_allclose(targets.numpy().sum(-1), 1.0, rtol=1e-6)
     assert mixed.numpy().min() >= 0 and mixed.numpy().max() <= 1
