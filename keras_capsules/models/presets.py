@@ -17,6 +17,8 @@ scores = model.predict(images)  # (batch, 96, 96, 2) in [0, 1] -> (batch, 5)
 import dataclasses
 import hashlib
 import os
+import zipfile
+import zlib
 
 import keras
 
@@ -174,6 +176,22 @@ def _model_classes():
     return {name: getattr(models, name) for name in {p.model for p in PRESETS.values()}}
 
 
+def _load_keras_file(path):
+    """`keras.saving.load_model(path)` (`safe_mode=True`); a truncated or
+    corrupted file raises a `ValueError` that names it (Keras reports a
+    file that is not a zip archive as not found)."""
+    damaged = (
+        f"{path} is not a readable `.keras` file: it is truncated or corrupted "
+        "(a `.keras` file is a zip archive). Save the model again, or restore the file."
+    )
+    if not zipfile.is_zipfile(path):
+        raise ValueError(damaged)
+    try:
+        return keras.saving.load_model(path, safe_mode=True)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+        raise ValueError(f"{damaged} ({type(error).__name__}: {error})") from None
+
+
 def from_preset(preset, weights=None, cache_dir=None, model_class=None):
     """A ready model with its authors' weights, or a saved model.
 
@@ -228,7 +246,7 @@ def from_preset(preset, weights=None, cache_dir=None, model_class=None):
             raise ValueError(
                 f"A `.keras` file holds its weights. Received: weights given with preset={name!r}"
             )
-        model = keras.saving.load_model(name)
+        model = _load_keras_file(name)
         if model_class is not None and not isinstance(model, model_class):
             raise ValueError(
                 f"{name} holds a {type(model).__name__}, not a {model_class.__name__}. "

@@ -9,6 +9,7 @@ import pathlib
 import subprocess
 import sys
 
+import keras
 import pytest
 
 from keras_capsules import models
@@ -48,6 +49,19 @@ def test_weights_that_are_not_the_authors_file_are_refused(tmp_path):
         models.from_preset("efficient_capsnet_smallnorb", weights=other)
     with pytest.raises(ValueError, match="not a file"):
         models.from_preset("heinsen_smallnorb", weights=tmp_path / "absent.pt")
+
+
+def test_a_damaged_keras_file_is_named(tmp_path):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    good = tmp_path / "good.keras"
+    model.save(good)
+    whole = good.read_bytes()
+    for name, content in (("truncated", whole[: len(whole) // 2]), ("garbage", b"not a zip")):
+        path = tmp_path / f"{name}.keras"
+        path.write_bytes(content)
+        with pytest.raises(ValueError, match=f"{path} is not a readable `.keras` file"):
+            models.from_preset(str(path))
+    assert isinstance(models.from_preset(str(good)), keras.Sequential)
 
 
 def test_preset_of_another_class_is_refused():
