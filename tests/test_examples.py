@@ -76,6 +76,9 @@ def assert_validated(output_dir):
 # its script adds a tf.data pipeline. mnist_capsnet's CapsNet fits and
 # round-trips on every backend in tests/models/test_base.py, and its figures
 # are the EfficientCapsNet scripts'.
+# MultiMNIST's model, loss and accuracy fit on JAX in
+# test_multimnist_loss_accuracy_and_saving; its tf.data code is backend-free.
+NOT_ON_JAX = {"multimnist_capsnet"}
 ON_TORCH_ONLY = {
     "mnist_capsnet",
     "mnist_efficient_capsnet",
@@ -88,6 +91,10 @@ ON_TORCH_ONLY = {
 def test_smoke_run_writes_every_output(name, tmp_path):
     if name in ON_TORCH_ONLY and BACKEND != "torch":
         pytest.skip("its model is tested on every backend elsewhere: the script on torch")
+    if name in NOT_ON_JAX and BACKEND == "jax":
+        pytest.skip(
+            "its model and loss are tested on JAX by test_multimnist_loss_accuracy_and_saving"
+        )
     # XLA-compiling the full-size models costs minutes on TF; every layer's
     # XLA train step is covered by its own test.
     jit = ["--jit-compile", "false"] if BACKEND == "tensorflow" else []
@@ -128,8 +135,10 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
     BACKEND == "torch", reason="torch: one process per device (torchrun), tests/test_distributed.py"
 )
 def test_distribute_on_two_virtual_cpu_devices(tmp_path):
-    script = os.path.join(EXAMPLES, "mnist_efficient_capsnet.py")
+    # The smallest example model (the script's code path is the same for all).
+    script = os.path.join(EXAMPLES, "cifar10_backbone_capsnet.py")
     args = [script, "--smoke", "--distribute", "--output-dir", str(tmp_path)]
+    args += ["--backbone", "small", "--image-size", "16"]
     if BACKEND == "tensorflow":
         args += ["--jit-compile", "false"]  # see test_smoke_run_writes_every_output
     if BACKEND == "jax":

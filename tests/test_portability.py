@@ -4,7 +4,8 @@ A tiny `EfficientCapsNet` and a functional `Capsule` network are trained
 one step and saved on TensorFlow, PyTorch and JAX (one subprocess per
 backend); each backend then loads the three backends' files (one more
 subprocess each), predicts with both nets and trains the functional one a
-step, as loaded and after `load_model(path, compile=False)` + `compile`.
+step as loaded (a torch-saved file on TensorFlow and JAX: after
+`load_model(path, compile=False)` + `compile`).
 The 9 pairs run once per source version: their results are cached under
 `.pytest_cache/portability`, so the three per-backend pytest runs share
 them.
@@ -110,9 +111,11 @@ def load_worker(root, out):
                 results[f"{key}|fit_error"] = ""
             except Exception as error:  # Recorded; the test decides.
                 results[f"{key}|fit_error"] = f"{type(error).__name__}: {error}"[:2000]
-            model = keras.saving.load_model(path, safe_mode=True, compile=False)
-            _compile(model)
-            results[f"{key}|recompiled_fit"] = np.array(_train_one_step(model, name))
+            if source == "torch" and keras.backend.backend() != "torch":
+                # The workaround where the file's optimizer cannot train here.
+                model = keras.saving.load_model(path, safe_mode=True, compile=False)
+                _compile(model)
+                results[f"{key}|recompiled_fit"] = np.array(_train_one_step(model, name))
     np.savez(out, **results)
 
 
@@ -191,15 +194,15 @@ def test_loaded_model_predicts_as_saved(source, target, portability):
 def test_loaded_model_trains(source, target, portability):
     _, loaded = _pair(portability, source, target)
     key = f"{source}|functional"
-    # load_model(path, compile=False) + compile: trains on every pair.
-    loss, moved = loaded[f"{key}|recompiled_fit"]
-    assert np.isfinite(loss) and moved
     # As loaded, compiled: every pair but a torch optimizer on another
-    # backend (a Keras 3.15.1 limitation; see the module docstring).
+    # backend (a Keras 3.15.1 limitation; see the module docstring), where
+    # load_model(path, compile=False) + compile trains.
     if source != "torch" or target == "torch":
         assert not loaded[f"{key}|fit_error"], str(loaded[f"{key}|fit_error"])
         loss, moved = loaded[f"{key}|fit"]
-        assert np.isfinite(loss) and moved
+    else:
+        loss, moved = loaded[f"{key}|recompiled_fit"]
+    assert np.isfinite(loss) and moved
 
 
 if __name__ == "__main__":
