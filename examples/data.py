@@ -455,6 +455,30 @@ def mnist(
     )
 
 
+def mnist_splits(args, batch_size, drop_remainder=False, augment=None):
+    """The MNIST examples' `load_data`: (train, validation, test) batches.
+
+    The training data, augmented by `augment` (see `mnist`), in the epochs
+    of `args.epoch_order`; the validation data, the last
+    `args.validation_fraction` of the training split (`None` at 0), and the
+    test data as they are, in order.
+    """
+    train_split, validation_split = train_validation_splits(args.validation_fraction)
+
+    def load(split, training):
+        return mnist(
+            split,
+            batch_size,
+            augment if training else None,
+            args.data_dir,
+            drop_remainder=drop_remainder,
+            order=epoch_order(args) if training else None,
+        )
+
+    validation = None if validation_split is None else load(validation_split, False)
+    return load(train_split, True), validation, load("test", False)
+
+
 # ------------------------------------------------------------- smallNORB
 
 SMALLNORB_CLASSES = ("animal", "human", "airplane", "truck", "car")

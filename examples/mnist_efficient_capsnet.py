@@ -37,20 +37,7 @@ def build_model(args):
 
 
 def load_data(args, batch_size, drop_remainder=False):
-    train_split, validation_split = data.train_validation_splits(args.validation_fraction)
-
-    def load(split, augment):
-        return data.mnist(
-            split,
-            batch_size,
-            augment,
-            args.data_dir,
-            drop_remainder=drop_remainder,
-            order=data.epoch_order(args) if augment else None,
-        )
-
-    validation = None if validation_split is None else load(validation_split, None)
-    return load(train_split, "efficient_capsnet"), validation, load("test", None)
+    return data.mnist_splits(args, batch_size, drop_remainder, augment="efficient_capsnet")
 
 
 PAPER_EPOCHS = 100

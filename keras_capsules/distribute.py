@@ -162,6 +162,11 @@ def scope():
         raise ValueError(f"Unsupported Keras backend for data parallelism. Received: {backend}")
 
 
+# Seconds without a heartbeat after which JAX's coordination service takes
+# a process for dead and stops the others (with a message naming it).
+JAX_HEARTBEAT_TIMEOUT_S = 30
+
+
 @contextlib.contextmanager
 def _jax_scope(launcher):
     import jax
@@ -172,13 +177,22 @@ def _jax_scope(launcher):
         # $JAX_CPU_COLLECTIVES_IMPLEMENTATION (e.g. mpi) wins.
         if not os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION"):
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        # jax.distributed.initialize, then one random seed for all processes,
-        # so that every process initialises the same weights.
-        keras.distribution.initialize(
-            launcher["JAX_COORDINATOR_ADDRESS"],
+        # What keras.distribution.initialize does, with a shorter heartbeat:
+        # at JAX's default (100 s) the survivors of a dead process waited
+        # 94 s here before the coordination service stopped them.
+        jax.distributed.initialize(
+            coordinator_address=launcher["JAX_COORDINATOR_ADDRESS"],
             num_processes=int(launcher["JAX_NUM_PROCESSES"]),
             process_id=int(launcher["JAX_PROCESS_ID"]),
+            heartbeat_timeout_seconds=JAX_HEARTBEAT_TIMEOUT_S,
         )
+        # Then one random seed for all processes (process 0's draw, itself
+        # fixed by an earlier keras.utils.set_random_seed), so that every
+        # process initialises the same weights.
+        from jax.experimental import multihost_utils
+
+        draw = np.int32(np.random.randint(2**31 - 1))
+        keras.utils.set_random_seed(int(multihost_utils.broadcast_one_to_all(draw)))
     devices = keras.distribution.list_devices()  # Every process's devices.
     distribution = keras.distribution.DataParallel(devices=devices)
     keras.distribution.set_distribution(distribution)
