@@ -105,18 +105,12 @@ def restore(model, state):
 
 
 def write(path, model, epochs_done, seed, log_rows):
-    header = {
-        "format": FORMAT,
-        "epochs_done": epochs_done,
-        "seed": seed,
-        "log_rows": log_rows,
-        "variables": [v.path for v in model.variables],
-        "optimizer_variables": [v.path for v in model.optimizer.variables],
-    }
+    groups = {"variables": model.variables, "optimizer_variables": model.optimizer.variables}
+    header = {"format": FORMAT, "epochs_done": epochs_done, "seed": seed, "log_rows": log_rows}
+    header.update({group: [v.path for v in variables] for group, variables in groups.items()})
     arrays = {"header": np.array(json.dumps(header))}
-    for group in ("variables", "optimizer_variables"):
-        source = model.variables if group == "variables" else model.optimizer.variables
-        for i, variable in enumerate(source):
+    for group, variables in groups.items():
+        for i, variable in enumerate(variables):
             arrays[f"{group}/{i}"] = keras.ops.convert_to_numpy(variable)
     with atomic.replacing(path) as temporary:
         with open(temporary, "wb") as f:

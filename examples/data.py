@@ -325,15 +325,8 @@ def batches_per_epoch(dataset):
         return None
 
 
-def _finish(ds, batch_size, training, shuffle_buffer, drop_remainder=False, **training_kwargs):
-    if training:
-        return training_batches(
-            ds,
-            batch_size,
-            shuffle_buffer=shuffle_buffer,
-            drop_remainder=drop_remainder,
-            **training_kwargs,
-        )
+def _evaluation_batches(ds, batch_size, drop_remainder=False):
+    """Validation and test batches: in order, as they are."""
     return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
 
 
@@ -444,14 +437,15 @@ def mnist(
         raise ValueError(f"Unknown MNIST augmentation. Received: augment={augment!r}")
     ds = load_split("mnist", split, data_dir, download).map(_mnist_image, AUTOTUNE)
     training = augment is not None if shuffle is None else shuffle
-    return _finish(
+    if not training:
+        return _evaluation_batches(ds, batch_size, drop_remainder)
+    return training_batches(
         ds,
         batch_size,
-        training,
-        shuffle_buffer,
-        drop_remainder,
-        order=order,
+        order,
         augment=MNIST_AUGMENTATIONS[augment],
+        shuffle_buffer=shuffle_buffer,
+        drop_remainder=drop_remainder,
     )
 
 
@@ -643,7 +637,7 @@ def smallnorb(
         ds = ds.filter(viewpoint_filter(*viewpoints))
     ds = ds.map(pair, AUTOTUNE)
     if not training:
-        return _finish(ds.map(test, AUTOTUNE), batch_size, False, shuffle_buffer, drop_remainder)
+        return _evaluation_batches(ds.map(test, AUTOTUNE), batch_size, drop_remainder)
     return training_batches(
         ds,
         batch_size,
@@ -1015,7 +1009,7 @@ def oxford_pets_segmentation(
     ds = load_split("oxford_iiit_pet", split, data_dir, download)
     ds = ds.map(_pet_and_mask(image_size), AUTOTUNE)
     if not training:
-        return _finish(ds, batch_size, False, shuffle_buffer, drop_remainder)
+        return _evaluation_batches(ds, batch_size, drop_remainder)
     return training_batches(
         ds,
         batch_size,
@@ -1089,9 +1083,7 @@ def cifar10(
 
     ds = load_split("cifar10", split, data_dir, download).map(prepare, AUTOTUNE)
     if not training:
-        return _finish(
-            ds.map(lambda x, y: (resize(x), y)), batch_size, False, shuffle_buffer, drop_remainder
-        )
+        return _evaluation_batches(ds.map(lambda x, y: (resize(x), y)), batch_size, drop_remainder)
     return training_batches(
         ds,
         batch_size,
