@@ -98,7 +98,7 @@ def test_scheduler_on_two_data_parallel_cpu_devices():
         os.environ,
         PYTHONPATH=root,
         KERAS_BACKEND=BACKEND,
-        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        XLA_FLAGS=os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=2",
     )
     result = subprocess.run(
         [sys.executable, "-c", DATA_PARALLEL, BACKEND],

@@ -142,7 +142,8 @@ def test_distribute_on_two_virtual_cpu_devices(tmp_path):
     if BACKEND == "tensorflow":
         args += ["--jit-compile", "false"]  # see test_smoke_run_writes_every_output
     if BACKEND == "jax":
-        result = run_script(args, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+        two_devices = os.environ["XLA_FLAGS"] + " --xla_force_host_platform_device_count=2"
+        result = run_script(args, {"XLA_FLAGS": two_devices})
     else:
         result = run_script(args, {}, prelude="import keras\n" + TF_TWO_CPUS)
     assert result.returncode == 0, result.stderr[-3000:]
