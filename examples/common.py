@@ -449,16 +449,17 @@ def run(
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     keras.utils.set_random_seed(seed)
     first_epoch = state.epochs_done if state else 0
-    args.epoch_order = data.EpochOrder(
-        seed, first_epoch, max(args.epochs - first_epoch, 1), args.steps_per_epoch
-    )
     keras.config.set_dtype_policy(args.mixed_precision)
     mock = data.mock_data(SMOKE_EXAMPLES) if args.smoke else contextlib.nullcontext()
     try:
         with mock, distribution_scope(args.distribute) as cluster:
             replicas = cluster.replicas
-            if state is not None and cluster.num_processes > 1:
-                raise SystemExit("--resume: multi-process runs cannot resume yet.")
+            if cluster.multi_process:  # Every process: process 0's seed (one drew it).
+                seed = cluster.chief_value(seed)
+                keras.utils.set_random_seed(seed)
+            args.epoch_order = data.EpochOrder(
+                seed, first_epoch, max(args.epochs - first_epoch, 1), args.steps_per_epoch
+            )
             if not cluster.is_chief:  # Every process writes; process 0 to --output-dir.
                 output_dir = os.path.join(output_dir, f"process{cluster.process_id}")
                 os.makedirs(output_dir, exist_ok=True)
@@ -513,7 +514,7 @@ def run(
             # Last: it backs up the rows training_log has just added.
             backups = backup.TrainingBackup(backup_path, seed, training_log, first_epoch)
             fit_callbacks.append(non_finite)
-            if cluster.num_processes == 1:  # multi-process runs are not backed up yet
+            if cluster.is_chief:  # Process 0 writes; every process resumes from it.
                 fit_callbacks.append(backups)
             start = time.perf_counter()
             if first_epoch < args.epochs:
@@ -593,7 +594,7 @@ def run(
         ),
     }
     atomic.write_json(os.path.join(output_dir, "metrics.json"), metrics)
-    if not metrics["stopped_by_time_budget"] and os.path.exists(backup_path):
+    if cluster.is_chief and not metrics["stopped_by_time_budget"] and os.path.exists(backup_path):
         os.remove(backup_path)  # finished: nothing to resume
     print(
         f"Test {score} {test_score:.4f}; {metrics['images_per_second'] or math.nan:.1f} "

@@ -94,6 +94,36 @@ class Cluster:
     def multi_process(self):
         return self.num_processes > 1
 
+    def chief_value(self, value):
+        """Process 0's integer `value` (`0 <= value < 2**31`), on every
+        process: a collective, which every process calls. E.g. the seed that
+        process 0 drew, for all."""
+        value = int(value)
+        if not self.multi_process:
+            return value
+        if self.backend == "torch":
+            import torch
+            import torch.distributed as dist
+
+            tensor = torch.tensor([value], dtype=torch.int64)
+            dist.broadcast(tensor, 0)
+            return int(tensor.item())
+        if self.backend == "jax":
+            from jax.experimental import multihost_utils
+
+            return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+        import tensorflow as tf
+
+        # A sum over the replicas, of which only the chief's first is not 0.
+        strategy, mine = self.engine, tf.constant(value if self.is_chief else 0, tf.int64)
+
+        def replica_value():
+            first = tf.distribute.get_replica_context().replica_id_in_sync_group == 0
+            return tf.where(first, mine, tf.zeros_like(mine))
+
+        total = strategy.reduce("SUM", strategy.run(replica_value), axis=None)
+        return int(total.numpy())
+
 
 def launcher_environment(backend=None, environ=None):
     """The multi-process launcher settings found in the environment, or None.

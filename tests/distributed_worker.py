@@ -8,6 +8,10 @@ Each process gets the global batch with the rows of the other processes'
 slices replaced by noise: only when the engine gives each process its own
 slice and averages the gradients over all processes do the final weights
 equal one process trained on the clean batch.
+
+`OUT --until-killed` trains the capsule model without end instead, and
+writes `OUT/started.<process id>` (its OS pid) after its first step: the
+fail-fast test kills one process then.
 """
 
 import os
@@ -123,9 +127,42 @@ def weights(model):
     return [keras.ops.convert_to_numpy(v) for v in model.weights]
 
 
+class MarkStarted(keras.callbacks.Callback):
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 0:
+            with open(self.path + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.replace(self.path + ".tmp", self.path)
+
+
+def train_until_killed(out_dir):
+    # Detection within the test's minute: JAX's survivors wait this long.
+    distribute.JAX_HEARTBEAT_TIMEOUT_S = 10
+    with distribute.scope() as cluster:
+        model, _ = build("capsule")
+        inputs, labels = global_batch("capsule")
+        dataset = tf.data.Dataset.from_tensor_slices((inputs, labels_for(model, labels)))
+        started = MarkStarted(os.path.join(out_dir, f"started.{cluster.process_id}"))
+        distribute.fit(
+            model,
+            dataset.batch(BATCH).repeat(),
+            steps_per_epoch=10**9,
+            callbacks=[started],
+            verbose=0,
+        )
+
+
 def main(out_dir, names):
     keras.config.disable_traceback_filtering()
+    if names == ["--until-killed"]:
+        return train_until_killed(out_dir)
     with distribute.scope() as cluster:
+        # Each process offers its own value; all must get process 0's.
+        chief_value = cluster.chief_value(100 + cluster.process_id)
         for name in names:
             keras.utils.set_random_seed(0)
             model, callbacks = build(name)
@@ -144,6 +181,7 @@ def main(out_dir, names):
                 num_processes=cluster.num_processes,
                 replicas=cluster.replicas,
                 margin=margin,
+                chief_value=chief_value,
                 count=len(initial),
             )
 

@@ -43,9 +43,14 @@ def load_data(args, batch_size, drop_remainder=False):
     labels = rng.integers(0, 3, 32)
     examples = tf.data.Dataset.from_tensor_slices((images, labels))
     train = data.training_batches(
-        examples.take(24), batch_size, data.epoch_order(args), augment=shift
+        examples.take(24),
+        batch_size,
+        data.epoch_order(args),
+        augment=shift,
+        drop_remainder=drop_remainder,
     )
-    return train, examples.skip(24).batch(batch_size), examples.batch(batch_size)
+    validation = examples.skip(24).batch(batch_size, drop_remainder=drop_remainder)
+    return train, validation, examples.batch(batch_size, drop_remainder=drop_remainder)
 
 
 def main(output_dir, *flags):

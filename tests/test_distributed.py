@@ -7,8 +7,10 @@ fixed global batch (the other rows are noise there). Their final weights
 must agree, and equal one process trained on the whole clean batch.
 """
 
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests import distributed_worker as worker
-from tests.conftest import BACKEND, exclusive
+from tests.conftest import BACKEND, FAST_COMPILE_FLAGS, exclusive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROCESSES = 2
@@ -62,31 +64,70 @@ def launcher_environment(process_id, ports):
     }
 
 
-def run_workers(out_dir, names):
-    """Runs the workers to the end; kills their process groups on any failure."""
+def worker_environment():
+    """This process's environment without a launcher's or device flags."""
     base = {
         k: v
         for k, v in os.environ.items()
         if k not in ("TF_CONFIG", "RANK", "WORLD_SIZE", "XLA_FLAGS")
     }
     base.update(
-        PYTHONPATH=ROOT, KERAS_BACKEND=BACKEND, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1"
+        XLA_FLAGS=FAST_COMPILE_FLAGS,
+        PYTHONPATH=ROOT,
+        KERAS_BACKEND=BACKEND,
+        CUDA_VISIBLE_DEVICES="",
+        OMP_NUM_THREADS="1",
     )
-    ports, workers = free_ports(PROCESSES), []
+    return base
+
+
+@contextlib.contextmanager
+def started(out_dir, commands):
+    """Starts `[(name, argv, env)]` logging to OUT/<name>.log; kills their
+    process groups when the block ends, also on failure."""
+    processes = []
     try:
-        for process_id in range(PROCESSES):
-            log = open(os.path.join(out_dir, f"worker{process_id}.log"), "w")
-            workers.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "tests.distributed_worker", str(out_dir), *names],
-                    env=dict(base, **launcher_environment(process_id, ports)),
-                    cwd=ROOT,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
+        for name, argv, env in commands:
+            with open(os.path.join(out_dir, f"{name}.log"), "w") as log:
+                processes.append(
+                    subprocess.Popen(
+                        argv,
+                        env=env,
+                        cwd=ROOT,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
                 )
-            )
-            log.close()
+        yield processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def worker_commands(args):
+    """One `tests.distributed_worker` process per process id, as a launcher starts them."""
+    ports, base = free_ports(PROCESSES), worker_environment()
+    return [
+        (
+            f"worker{process_id}",
+            [sys.executable, "-m", "tests.distributed_worker", *args],
+            dict(base, **launcher_environment(process_id, ports)),
+        )
+        for process_id in range(PROCESSES)
+    ]
+
+
+def log_text(out_dir, name):
+    with open(os.path.join(out_dir, f"{name}.log")) as f:
+        return f.read()
+
+
+def run_workers(out_dir, names):
+    """Runs the workers to the end; fails with the log of one that did not exit 0."""
+    with started(out_dir, worker_commands([str(out_dir), *names])) as workers:
         deadline = time.monotonic() + TIMEOUT
         for process_id, process in enumerate(workers):
             try:
@@ -94,13 +135,8 @@ def run_workers(out_dir, names):
             except subprocess.TimeoutExpired:
                 code = "timeout"
             if code != 0:
-                with open(os.path.join(out_dir, f"worker{process_id}.log")) as f:
-                    pytest.fail(f"worker {process_id} exited with {code}:\n{f.read()[-4000:]}")
-    finally:
-        for process in workers:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+                log = log_text(out_dir, f"worker{process_id}")
+                pytest.fail(f"worker {process_id} exited with {code}:\n{log[-4000:]}")
 
 
 def load(out_dir, name, process_id):
@@ -113,6 +149,7 @@ def load(out_dir, name, process_id):
             "num_processes": int(data["num_processes"]),
             "replicas": int(data["replicas"]),
             "margin": float(data["margin"]),
+            "chief_value": int(data["chief_value"]),
         }
 
 
@@ -161,6 +198,7 @@ def test_two_processes_train_as_one_on_the_whole_batch(cluster_run, name):
     runs = [load(cluster_run, name, p) for p in range(PROCESSES)]
     assert [r["num_processes"] for r in runs] == [PROCESSES] * PROCESSES
     assert runs[0]["replicas"] >= PROCESSES
+    assert [r["chief_value"] for r in runs] == [100] * PROCESSES  # Cluster.chief_value
     _, expected = single_process(name, runs[0]["initial"])
     # The steps changed the weights: a run that learnt nothing cannot pass.
     assert max(np.abs(a - b).max() for a, b in zip(expected, runs[0]["initial"])) > 1e-3
@@ -207,3 +245,135 @@ def test_global_batch_must_split_evenly():
     np.testing.assert_array_equal(
         np.asarray(slices[0][0])[:, 0], [1, 3, 5] if BACKEND == "torch" else [3, 4, 5]
     )
+
+
+# What names the killed process 1: torchrun's report of the failed worker;
+# TensorFlow's collective error; JAX's coordination service.
+LOST_PROCESS_NAMED = {
+    "torch": r"Root Cause[\s\S]*rank\s*: 1 \(local_rank: 1\)[\s\S]*SIGKILL",
+    "tensorflow": r"/job:worker/replica:0/task:1",
+    "jax": r"unhealthy \(stopped sending heartbeats\):\s+1\n",
+}
+FAIL_FAST_S = 60
+
+
+def wait_for_files(paths, processes, timeout):
+    deadline = time.monotonic() + timeout
+    while not all(os.path.exists(p) for p in paths):
+        exited = [p.returncode for p in processes if p.poll() is not None]
+        if exited or time.monotonic() > deadline:
+            pytest.fail(f"the processes did not all start training (exit codes: {exited})")
+        time.sleep(0.2)
+
+
+@pytest.mark.multiprocess
+def test_a_killed_process_stops_the_other_with_its_name(tmp_path):
+    """Process 1 of 2 is SIGKILLed mid-training: the run exits non-zero
+    within a minute, and its output names process 1 (torch under torchrun,
+    its launcher; TensorFlow and JAX: the surviving process)."""
+    args = [str(tmp_path), "--until-killed"]
+    if BACKEND == "torch":
+        port = free_ports(1)[0]
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+        torchrun += ["--master_port", str(port), "-m", "tests.distributed_worker", *args]
+        commands = [("torchrun", torchrun, worker_environment())]
+    else:
+        commands = worker_commands(args)
+    with started(tmp_path, commands) as processes:
+        markers = [tmp_path / f"started.{p}" for p in range(PROCESSES)]
+        wait_for_files(markers, processes, TIMEOUT)
+        if BACKEND == "torch":  # torchrun's workers are its children.
+            os.kill(int(markers[1].read_text()), signal.SIGKILL)
+            survivor, log = processes[0], "torchrun"
+        else:
+            os.killpg(processes[1].pid, signal.SIGKILL)
+            survivor, log = processes[0], "worker0"
+        killed = time.monotonic()
+        try:
+            code = survivor.wait(FAIL_FAST_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {FAIL_FAST_S} s after process 1 was killed")
+        elapsed = time.monotonic() - killed
+    text = log_text(tmp_path, log)
+    assert code != 0, text[-3000:]
+    assert re.search(LOST_PROCESS_NAMED[BACKEND], text), text[-3000:]
+    print(f"{BACKEND}: exit {code} {elapsed:.1f} s after the kill")
+
+
+# Run before each process of the resume test: at the end of step STEP
+# (counted over all epochs), process 0 copies the files a SIGKILL of the
+# whole run at that moment would leave behind (the backup of the last
+# finished epoch, the log) to SNAPSHOT, and trains on.
+SNAPSHOT_AT_STEP = """
+import os, shutil, sys
+sys.path.insert(0, {examples!r})
+import common
+_steps = [0]
+_on_batch_end = common.StepLog.on_train_batch_end
+def _snapshot(self, batch, logs=None):
+    _on_batch_end(self, batch, logs)
+    _steps[0] += 1
+    if _steps[0] == {step} and {process_id} == 0:
+        os.makedirs({snapshot!r})
+        for name in ("backup.npz", "training_log.csv"):
+            shutil.copy(os.path.join({output!r}, name), {snapshot!r})
+common.StepLog.on_train_batch_end = _snapshot
+"""
+
+
+def example_commands(output_dir, flags, prelude=""):
+    """tests/resume_worker.py with --distribute, one process per process id."""
+    ports, base = free_ports(PROCESSES), worker_environment()
+    code = prelude + "from tests import resume_worker\nresume_worker.main(*{args!r})\n"
+    args = [str(output_dir), "--distribute", *flags]
+    return [
+        (
+            f"worker{process_id}",
+            [sys.executable, "-c", code.format(process_id=process_id, args=args)],
+            dict(base, **launcher_environment(process_id, ports)),
+        )
+        for process_id in range(PROCESSES)
+    ]
+
+
+def wait_all(out_dir, processes):
+    deadline = time.monotonic() + TIMEOUT
+    for process_id, process in enumerate(processes):
+        try:
+            code = process.wait(max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+        if code != 0:
+            log = log_text(out_dir, f"worker{process_id}")
+            pytest.fail(f"process {process_id} exited with {code}:\n{log[-4000:]}")
+
+
+@pytest.mark.multiprocess
+def test_a_two_process_run_resumes_from_process_0s_backup(tmp_path):
+    """An uninterrupted 2-process run leaves, mid-epoch 2, the files a kill
+    would leave (process 0's backup of epoch 1); both processes resume from
+    them to the same weights and log as the uninterrupted run."""
+    import keras
+
+    from tests.test_resume import EXAMPLES, RUN
+
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    prelude = SNAPSHOT_AT_STEP.replace("{examples!r}", repr(EXAMPLES))
+    prelude = prelude.replace("{step}", "8").replace("{output!r}", repr(str(straight)))
+    prelude = prelude.replace("{snapshot!r}", repr(str(resumed)))
+    with started(tmp_path, example_commands(straight, RUN, prelude)) as processes:
+        wait_all(tmp_path, processes)
+    assert not (straight / "backup.npz").exists()  # finished
+    assert len((resumed / "training_log.csv").read_text().splitlines()) == 2  # header, epoch 1
+    with started(tmp_path, example_commands(resumed, [*RUN, "--resume"])) as processes:
+        wait_all(tmp_path, processes)
+    assert "1 of 3 epochs done" in log_text(tmp_path, "worker1")
+
+    def weights(path):
+        model = keras.saving.load_model(path, safe_mode=True)
+        return [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+    for a, b in zip(weights(resumed / "model.keras"), weights(straight / "model.keras")):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    log = (resumed / "training_log.csv").read_text()
+    assert log == (straight / "training_log.csv").read_text() and len(log.splitlines()) == 4
