@@ -125,18 +125,22 @@ def log_text(out_dir, name):
         return f.read()
 
 
+def wait_all(out_dir, processes):
+    deadline = time.monotonic() + TIMEOUT
+    for process_id, process in enumerate(processes):
+        try:
+            code = process.wait(max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+        if code != 0:
+            log = log_text(out_dir, f"worker{process_id}")
+            pytest.fail(f"process {process_id} exited with {code}:\n{log[-4000:]}")
+
+
 def run_workers(out_dir, names):
     """Runs the workers to the end; fails with the log of one that did not exit 0."""
     with started(out_dir, worker_commands([str(out_dir), *names])) as workers:
-        deadline = time.monotonic() + TIMEOUT
-        for process_id, process in enumerate(workers):
-            try:
-                code = process.wait(max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                code = "timeout"
-            if code != 0:
-                log = log_text(out_dir, f"worker{process_id}")
-                pytest.fail(f"worker {process_id} exited with {code}:\n{log[-4000:]}")
+        wait_all(out_dir, workers)
 
 
 def load(out_dir, name, process_id):
@@ -300,52 +304,33 @@ def test_a_killed_process_stops_the_other_with_its_name(tmp_path):
     print(f"{BACKEND}: exit {code} {elapsed:.1f} s after the kill")
 
 
-# Run before each process of the resume test: at the end of step STEP
-# (counted over all epochs), process 0 copies the files a SIGKILL of the
-# whole run at that moment would leave behind (the backup of the last
-# finished epoch, the log) to SNAPSHOT, and trains on.
-SNAPSHOT_AT_STEP = """
-import os, shutil, sys
-sys.path.insert(0, {examples!r})
-import common
-_steps = [0]
-_on_batch_end = common.StepLog.on_train_batch_end
-def _snapshot(self, batch, logs=None):
-    _on_batch_end(self, batch, logs)
-    _steps[0] += 1
-    if _steps[0] == {step} and {process_id} == 0:
-        os.makedirs({snapshot!r})
-        for name in ("backup.npz", "training_log.csv"):
-            shutil.copy(os.path.join({output!r}, name), {snapshot!r})
-common.StepLog.on_train_batch_end = _snapshot
+def snapshot(process_id, output_dir, snapshot_dir):
+    """What process 0 does mid-run in the resume test: copy the files a
+    SIGKILL of the whole run at that moment would leave behind (the backup
+    of the last finished epoch, the log) to `snapshot_dir`, and train on."""
+    if process_id:
+        return "pass"
+    return f"""
+os.makedirs({str(snapshot_dir)!r})
+for name in ("backup.npz", "training_log.csv"):
+    shutil.copy(os.path.join({str(output_dir)!r}, name), {str(snapshot_dir)!r})
 """
 
 
-def example_commands(output_dir, flags, prelude=""):
-    """tests/resume_worker.py with --distribute, one process per process id."""
+def example_commands(output_dir, flags, prelude=lambda process_id: ""):
+    """tests/resume_worker.py with --distribute, one process per process id,
+    each after the code `prelude(process_id)`."""
     ports, base = free_ports(PROCESSES), worker_environment()
-    code = prelude + "from tests import resume_worker\nresume_worker.main(*{args!r})\n"
     args = [str(output_dir), "--distribute", *flags]
+    code = f"from tests import resume_worker\nresume_worker.main(*{args!r})\n"
     return [
         (
             f"worker{process_id}",
-            [sys.executable, "-c", code.format(process_id=process_id, args=args)],
+            [sys.executable, "-c", prelude(process_id) + code],
             dict(base, **launcher_environment(process_id, ports)),
         )
         for process_id in range(PROCESSES)
     ]
-
-
-def wait_all(out_dir, processes):
-    deadline = time.monotonic() + TIMEOUT
-    for process_id, process in enumerate(processes):
-        try:
-            code = process.wait(max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            code = "timeout"
-        if code != 0:
-            log = log_text(out_dir, f"worker{process_id}")
-            pytest.fail(f"process {process_id} exited with {code}:\n{log[-4000:]}")
 
 
 @pytest.mark.multiprocess
@@ -355,12 +340,13 @@ def test_a_two_process_run_resumes_from_process_0s_backup(tmp_path):
     them to the same weights and log as the uninterrupted run."""
     import keras
 
-    from tests.test_resume import EXAMPLES, RUN
+    from tests.test_resume import RUN, at_step
 
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    prelude = SNAPSHOT_AT_STEP.replace("{examples!r}", repr(EXAMPLES))
-    prelude = prelude.replace("{step}", "8").replace("{output!r}", repr(str(straight)))
-    prelude = prelude.replace("{snapshot!r}", repr(str(resumed)))
+
+    def prelude(process_id):  # Step 8: the second batch of epoch 2.
+        return at_step(8, snapshot(process_id, straight, resumed))
+
     with started(tmp_path, example_commands(straight, RUN, prelude)) as processes:
         wait_all(tmp_path, processes)
     assert not (straight / "backup.npz").exists()  # finished

@@ -23,21 +23,28 @@ from tests.test_examples import (
 WORKER = os.path.join(ROOT, "tests", "resume_worker.py")
 RUN = ["--epochs", "3", "--seed", "3", "--validation-fraction", "0"]
 
-# Run before the worker: a real SIGKILL of the process at the end of its
-# training step number STEP (counted over all epochs).
-KILL_AT_STEP = """
-import os, signal, sys
-sys.path.insert(0, {examples!r})
+
+def at_step(step, action):
+    """Code to run before an example: `action` (Python statements) runs at
+    the end of its training step number `step` (counted over all epochs)."""
+    body = "\n".join("        " + line for line in action.strip().splitlines())
+    return f"""
+import os, shutil, signal, sys
+sys.path.insert(0, {EXAMPLES!r})
 import common
 _steps = [0]
 _on_batch_end = common.StepLog.on_train_batch_end
-def _killing(self, batch, logs=None):
+def _at_step(self, batch, logs=None):
     _on_batch_end(self, batch, logs)
     _steps[0] += 1
     if _steps[0] == {step}:
-        os.kill(os.getpid(), signal.SIGKILL)
-common.StepLog.on_train_batch_end = _killing
+{body}
+common.StepLog.on_train_batch_end = _at_step
 """
+
+
+# A real SIGKILL of the process.
+KILL = "os.kill(os.getpid(), signal.SIGKILL)"
 
 
 def _weights(path):
@@ -53,7 +60,7 @@ def _read(path):
 def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_weights(tmp_path):
     killed, straight = tmp_path / "killed", tmp_path / "straight"
     # Step 8 is the second batch of epoch 2: the backup holds epoch 1.
-    prelude = KILL_AT_STEP.format(examples=EXAMPLES, step=8)
+    prelude = at_step(8, KILL)
     result = run_script([WORKER, str(killed), *RUN], {}, prelude=prelude)
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
     state = example("backup").read(str(killed / "backup.npz"))
