@@ -78,6 +78,8 @@ class Cluster:
     >>> cluster = keras_capsules.distribute.Cluster("jax", num_processes=2, process_id=1)
     >>> cluster.is_chief, cluster.multi_process
     (False, True)
+    >>> keras_capsules.distribute.Cluster("jax").chief_value(7)  # One process: its own.
+    7
     """
 
     backend: str
@@ -98,6 +100,8 @@ class Cluster:
         """Process 0's integer `value` (`0 <= value < 2**31`), on every
         process: a collective, which every process calls. E.g. the seed that
         process 0 drew, for all."""
+        if not 0 <= int(value) < 2**31:
+            raise ValueError(f"`value` must be in [0, 2**31). Received: value={value}")
         value = int(value)
         if not self.multi_process:
             return value

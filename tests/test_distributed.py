@@ -238,6 +238,14 @@ def test_launcher_environment_is_read_per_backend():
         launcher_environment("jax", {"JAX_COORDINATOR_ADDRESS": "h:1"})
 
 
+def test_chief_value_must_be_a_31_bit_integer():
+    from keras_capsules.distribute import Cluster
+
+    assert Cluster(BACKEND).chief_value(2**31 - 1) == 2**31 - 1
+    with pytest.raises(ValueError, match=r"Received: value=-1"):
+        Cluster(BACKEND).chief_value(-1)
+
+
 def test_global_batch_must_split_evenly():
     from keras_capsules.distribute import local_batches
 
