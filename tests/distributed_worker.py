@@ -114,11 +114,11 @@ def labels_for(model, labels):
     return np.eye(3, dtype="float32")[labels]  # MarginLoss wants one-hot.
 
 
-def train(model, callbacks, inputs, labels):
+def train(model, callbacks, inputs, labels, steps=STEPS):
     dataset = tf.data.Dataset.from_tensor_slices((inputs, labels_for(model, labels)))
     dataset = dataset.batch(BATCH).repeat()
     history = distribute.fit(
-        model, dataset, epochs=1, steps_per_epoch=STEPS, callbacks=callbacks, verbose=0
+        model, dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks, verbose=0
     )
     return history
 
@@ -144,16 +144,8 @@ def train_until_killed(out_dir):
     distribute.JAX_HEARTBEAT_TIMEOUT_S = 10
     with distribute.scope() as cluster:
         model, _ = build("capsule")
-        inputs, labels = global_batch("capsule")
-        dataset = tf.data.Dataset.from_tensor_slices((inputs, labels_for(model, labels)))
         started = MarkStarted(os.path.join(out_dir, f"started.{cluster.process_id}"))
-        distribute.fit(
-            model,
-            dataset.batch(BATCH).repeat(),
-            steps_per_epoch=10**9,
-            callbacks=[started],
-            verbose=0,
-        )
+        train(model, [started], *global_batch("capsule"), steps=10**9)
 
 
 def main(out_dir, names):
