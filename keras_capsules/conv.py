@@ -196,6 +196,17 @@ def set_xla(layer, xla):
         sublayer.xla = xla
 
 
+def xla_compiles(xla):
+    """Whether XLA compiles a layer whose `xla` hint (see `set_xla`) is
+    `xla`: always on JAX, never on torch, on TensorFlow as the hint says,
+    else as Keras's `jit_compile="auto"` decides (XLA on a GPU, a graph
+    without XLA on a CPU)."""
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        return backend == "jax"
+    return not cpu_only() if xla is None else bool(xla)
+
+
 def convolving_layers(layer):
     """This library's convolving layers in `layer` (itself included), the
     ones with an `implementation` and an `xla` hint (see `set_xla`)."""
@@ -210,8 +221,13 @@ def convolving_layer_classes():
     from keras_capsules.layers.primary_convolution import PrimaryConvolution
     from keras_capsules.layers.segmentation_capsule import LocalCapsuleBase
     from keras_capsules.routing.dynamic import DynamicRouting
+    from keras_capsules.routing.em import EMRouting
+    from keras_capsules.routing.inverted_dot_product import InvertedDotProductRouting
+    from keras_capsules.routing.self_attention import SelfAttentionRouting
 
-    return (AutoConv2D, PrimaryConvolution, LocalCapsuleBase, DynamicRouting)
+    # The routers with hand-written backward passes.
+    routers = (DynamicRouting, EMRouting, InvertedDotProductRouting, SelfAttentionRouting)
+    return (AutoConv2D, PrimaryConvolution, LocalCapsuleBase, *routers)
 
 
 def _layers_within(layer, seen):

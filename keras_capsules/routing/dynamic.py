@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules.conv import cpu_only
+from keras_capsules.conv import xla_compiles
 from keras_capsules.ops import safe_norm, squash
 from keras_capsules.routing import dynamic_backward
 from keras_capsules.routing.base import Router
@@ -125,7 +125,7 @@ class DynamicRouting(Router):
                 self.agreement,
                 self.step_size,
                 self.stop_gradient,
-                fused=self._xla_compiles(),
+                fused=xla_compiles(self.xla),
             )
             return v, safe_norm(v), swap_caps(coefficients)
         # Every iteration but the last only feeds the logits.
@@ -150,15 +150,6 @@ class DynamicRouting(Router):
         else:
             coefficients = swap_caps(coefficients)
         return v, safe_norm(v), coefficients
-
-    def _xla_compiles(self):
-        """Whether XLA compiles this router: always on JAX, never on torch,
-        on TensorFlow as `set_xla` said, else as Keras's `jit_compile="auto"`
-        decides (XLA on a GPU, a graph without XLA on a CPU)."""
-        backend = keras.backend.backend()
-        if backend != "tensorflow":
-            return backend == "jax"
-        return not cpu_only() if self.xla is None else bool(self.xla)
 
     def _agreement(self, u, v, u_norm):
         """`(batch, out, in)` agreement of parent-major votes `u` with `v`."""
