@@ -5,13 +5,16 @@ import math
 import keras
 from keras import ops
 
+from keras_capsules.conv import xla_compiles
+from keras_capsules.routing import em_backward
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
-from keras_capsules.validation import is_real, positive_float, positive_int
+from keras_capsules.validation import is_real, one_of, positive_float, positive_int
 
 # Added to the summed assignment weights so a parent that receives nothing
 # divides by a positive number.
-_RSUM_EPSILON = 1e-7
+_RSUM_EPSILON = em_backward.RSUM_EPSILON
+BACKWARDS = ("manual", "autodiff")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -57,6 +60,15 @@ class EMRouting(Router):
         inverse_temperature: `None` (the schedule above), a number (a
             constant `lambda`), or a sequence of `iterations` numbers.
         epsilon: variance floor, `> 0`.
+        backward: `"manual"` (default) differentiates the routing with a
+            backward pass written by hand
+            (`keras_capsules.routing.em_backward`): it keeps only the votes
+            and `(batch, out_caps, in_caps)`- and `(batch, out_caps, P)`-sized
+            tensors per iteration, recomputes one iteration's squared
+            deviations at a time and writes the votes' gradient once.
+            `"autodiff"` lets the backend differentiate the loop. Both give
+            the same gradients (to float32 rounding); the memory and time
+            of each are measured in the README.
         **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
             arguments (`name`, `dtype`).
 
@@ -93,6 +105,7 @@ class EMRouting(Router):
         final_lambda=1.0,
         inverse_temperature=None,
         epsilon=1e-4,
+        backward="manual",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -100,6 +113,10 @@ class EMRouting(Router):
         self.final_lambda = positive_float(final_lambda, "final_lambda")
         self.inverse_temperature = _check_inverse_temperature(inverse_temperature, self.iterations)
         self.epsilon = positive_float(epsilon, "epsilon")
+        self.backward = one_of(backward, BACKWARDS, "backward")
+        # Whether XLA compiles the routing (keras_capsules.conv.set_xla); a
+        # runtime hint for the form of the hand-written backward, never saved.
+        self.xla = None
 
     weight_axes = (2,)  # beta_u, beta_a: (out_caps,)
 
@@ -135,6 +152,17 @@ class EMRouting(Router):
         out_caps = votes.shape[2]
         in_caps = ops.cast(ops.shape(votes)[1], dtype)
         u = parent_major(votes)  # (batch, out_caps, in_caps, P)
+        if self.backward == "manual":
+            mu, a_out, coefficients = em_backward.em_routing(
+                u,
+                activations,
+                ops.cast(self.beta_u, dtype),
+                ops.cast(self.beta_a, dtype),
+                self.inverse_temperatures(),
+                self.epsilon,
+                fused=xla_compiles(self.xla),
+            )
+            return mu, a_out, swap_caps(coefficients)
         beta_u = ops.cast(self.beta_u, dtype)[:, None]
         beta_a = ops.cast(self.beta_a, dtype)
         # No activations: every child is active, `R * a_in` is `R`.
@@ -172,6 +200,7 @@ class EMRouting(Router):
             if isinstance(temperature, tuple)
             else temperature,
             epsilon=self.epsilon,
+            backward=self.backward,
         )
         return config
 

@@ -29,13 +29,13 @@ def _em_inputs(dim, with_activations=True):
 POSE16_TOLERANCE = dict(rtol=1e-4, atol=1e-5)
 
 
-def _register_em(name, dim=4, with_activations=True, tolerance=None, **kwargs):
+def _register_em(name, dim=4, with_activations=True, tolerance=None, backward="manual", **kwargs):
     diff = ("votes", "beta_u", "beta_a") + (("activations",) if with_activations else ())
     register(
         Case(
-            name=f"em-{name}",
+            name=f"em-{name}" + ("-autodiff" if backward == "autodiff" else ""),
             inputs=_em_inputs(dim, with_activations),
-            build=lambda: keras_capsules.routing.EMRouting(**kwargs),
+            build=lambda: keras_capsules.routing.EMRouting(backward=backward, **kwargs),
             reference=lambda a: list(
                 ref_em.em_routing(
                     a["votes"], a.get("activations"), a["beta_u"], a["beta_a"], **kwargs
@@ -58,6 +58,11 @@ _register_em("it2-lambda-sequence", iterations=2, inverse_temperature=[0.5, 3.0]
 _register_em("it2-pose16", dim=16, iterations=2)
 _register_em("it3-pose16", dim=16, iterations=3, tolerance=POSE16_TOLERANCE)
 _register_em("it2-no-activations", with_activations=False, iterations=2)
+# The rows above run the default hand-written backward pass; these the
+# backend's automatic differentiation (tests/routing/test_em_backward.py
+# compares the two in every compile mode and option).
+_register_em("it3", iterations=3, backward="autodiff")
+_register_em("it2-no-activations", with_activations=False, iterations=2, backward="autodiff")
 
 
 # ConvCapsule1D / ConvCapsule2D: grid, kernel, stride, padding, router.

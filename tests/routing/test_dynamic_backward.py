@@ -10,8 +10,6 @@ and step size other than 1: float64 within 1e-9, float32 within 1e-5
 differences of the float64 reference for more temperatures and iterations.
 """
 
-import contextlib
-
 import keras
 import numpy as np
 import pytest
@@ -19,20 +17,10 @@ from keras import ops
 
 import keras_capsules
 from keras_capsules.routing import DynamicRouting, dynamic_backward
+from tests.routing.backward_checks import MODES, float64, relative_error
 from tests.test_case import BACKEND, gradients, to_numpy
 
-# JAX op by op is left out: it costs seconds per case and Keras jits on JAX.
-MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("jit",), "torch": ("eager",)}[BACKEND]
 AGREEMENTS = ("dot", "cosine", "euclidean")
-
-
-def _float64():
-    """JAX computes in float32 unless 64-bit types are enabled."""
-    if BACKEND == "jax":
-        import jax
-
-        return jax.enable_x64(True)
-    return contextlib.nullcontext()
 
 
 def _inputs(dtype, seed=0):
@@ -78,15 +66,11 @@ def _votes_gradient(router, votes, cotangents, mode):
     return to_numpy(x.grad)
 
 
-def _relative_error(got, expected):
-    return np.max(np.abs(got - expected)) / np.max(np.abs(expected))
-
-
 @pytest.mark.parametrize("stop_gradient", (False, True))
 @pytest.mark.parametrize("agreement", AGREEMENTS)
 def test_float64_gradient_equals_autodiff(agreement, stop_gradient):
     votes, cotangents = _inputs("float64")
-    with _float64():
+    with float64():
         # Other temperatures and iteration counts: the parity rows.
         for iterations, temperature, step_size in ((3, 0.5, 0.7),):
             kwargs = dict(
@@ -104,7 +88,7 @@ def test_float64_gradient_equals_autodiff(agreement, stop_gradient):
                 automatic = _votes_gradient(
                     DynamicRouting(backward="autodiff", **kwargs), votes, cotangents, mode
                 )
-                assert _relative_error(manual, automatic) < 1e-9, (iterations, mode)
+                assert relative_error(manual, automatic) < 1e-9, (iterations, mode)
 
 
 @pytest.mark.parametrize("agreement", AGREEMENTS)
@@ -115,7 +99,7 @@ def test_float32_gradient_equals_autodiff(agreement):
         automatic = _votes_gradient(
             DynamicRouting(agreement=agreement, backward="autodiff"), votes, cotangents, mode
         )
-        assert _relative_error(manual, automatic) < 1e-5, mode
+        assert relative_error(manual, automatic) < 1e-5, mode
 
 
 @pytest.mark.parametrize("agreement", AGREEMENTS)
@@ -124,7 +108,7 @@ def test_fused_and_matmul_forms_agree(agreement):
     of the votes' gradient are the same numbers, whichever runs."""
     votes, (gp, gc) = _inputs("float64", seed=2)
     gc = gc.transpose(0, 2, 1)  # parent-major, like the votes
-    with _float64():
+    with float64():
         grads = []
         for fused in (False, True):
 
@@ -138,7 +122,7 @@ def test_fused_and_matmul_forms_agree(agreement):
 
             u = {"u": ops.convert_to_tensor(votes.transpose(0, 2, 1, 3))}
             grads.append(to_numpy(gradients(loss, u, ("u",))["u"]))
-    assert _relative_error(grads[1], grads[0]) < 1e-12
+    assert relative_error(grads[1], grads[0]) < 1e-12
 
 
 @pytest.mark.parametrize("policy", ("mixed_float16", "mixed_bfloat16"))

@@ -1,0 +1,68 @@
+"""Checks shared by the tests of the routers' hand-written backward passes:
+gradients of a router in each compile mode of the backend, compared between
+`backward="manual"` and `backward="autodiff"`."""
+
+import contextlib
+
+import numpy as np
+from keras import ops
+
+from tests.parity.registry import stateless
+from tests.test_case import BACKEND, gradients, to_numpy
+
+# JAX op by op is left out: it costs seconds per case and Keras jits on JAX.
+MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("jit",), "torch": ("eager",)}[BACKEND]
+
+
+def float64():
+    """JAX computes in float32 unless 64-bit types are enabled."""
+    if BACKEND == "jax":
+        import jax
+
+        return jax.enable_x64(True)
+    return contextlib.nullcontext()
+
+
+def relative_error(got, expected):
+    return np.max(np.abs(got - expected)) / np.max(np.abs(expected))
+
+
+def router_gradients(router, arrays, cotangents, mode):
+    """`{name: gradient}` of `<poses, gp> + <activations, ga> + <coefficients,
+    gc>` (`cotangents`) w.r.t. every array in `arrays`: the votes, the
+    activations (when given) and the router's weights, by name; `mode`: one
+    of `MODES`."""
+    tensors = {k: ops.convert_to_tensor(v) for k, v in arrays.items()}
+    gp, ga, gc = (ops.convert_to_tensor(c) for c in cotangents)
+    stateless(router, tensors, tensors["votes"], tensors.get("activations"))  # builds
+
+    def loss(t):
+        poses, activations, coefficients = stateless(
+            router, t, t["votes"], t.get("activations"), return_coefficients=True
+        )
+        return ops.sum(poses * gp) + ops.sum(activations * ga) + ops.sum(coefficients * gc)
+
+    diff = tuple(tensors)
+    if BACKEND == "tensorflow" and mode != "eager":
+        import tensorflow as tf
+
+        router.xla = mode == "xla"
+        compiled = tf.function(lambda t: gradients(loss, t, diff), jit_compile=mode == "xla")
+        return {k: to_numpy(g) for k, g in compiled(tensors).items()}
+    return {k: to_numpy(g) for k, g in gradients(loss, tensors, diff).items()}
+
+
+def compare(router_class, kwargs, arrays, cotangents, tolerance, dtype=None):
+    """Asserts that `router_class(**kwargs)`'s gradients (its default,
+    hand-written backward) are finite and equal those of
+    `backward="autodiff"` within `tolerance` (relative to each gradient's
+    largest entry), in every mode."""
+    for mode in MODES:
+        manual = router_gradients(router_class(dtype=dtype, **kwargs), arrays, cotangents, mode)
+        automatic = router_gradients(
+            router_class(backward="autodiff", dtype=dtype, **kwargs), arrays, cotangents, mode
+        )
+        for name in arrays:
+            assert np.isfinite(manual[name]).all(), (name, mode)
+            error = relative_error(manual[name], automatic[name])
+            assert error < tolerance, (name, mode, error)
