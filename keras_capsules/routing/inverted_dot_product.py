@@ -3,12 +3,15 @@
 import keras
 from keras import ops
 
+from keras_capsules.conv import xla_compiles
 from keras_capsules.ops import squash_length
+from keras_capsules.routing import inverted_dot_product_backward
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
-from keras_capsules.validation import positive_float, positive_int
+from keras_capsules.validation import one_of, positive_float, positive_int
 
 LAYER_NORM_EPSILON = 1e-5
+BACKWARDS = ("manual", "autodiff")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -45,6 +48,13 @@ class InvertedDotProductRouting(Router):
         iterations: number of pose updates, `>= 1` (the first one uses
             uniform coefficients).
         temperature: divides the agreement logits, `> 0`.
+        backward: `"manual"` (default) differentiates the routing with a
+            backward pass written by hand
+            (`keras_capsules.routing.inverted_dot_product_backward`) that
+            keeps only `(batch, out_caps, in_caps)`- and `(batch, out_caps,
+            dim)`-sized tensors per iteration and writes the votes'
+            gradient once; `"autodiff"` lets the backend differentiate the
+            loop. Both give the same gradients (to float32 rounding).
         **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
             arguments (`name`, `dtype`).
 
@@ -75,10 +85,14 @@ class InvertedDotProductRouting(Router):
     Dot-Product Attention Routing", ICLR 2020.
     """
 
-    def __init__(self, iterations=2, temperature=1.0, **kwargs):
+    def __init__(self, iterations=2, temperature=1.0, backward="manual", **kwargs):
         super().__init__(**kwargs)
         self.iterations = positive_int(iterations, "iterations")
         self.temperature = positive_float(temperature, "temperature")
+        self.backward = one_of(backward, BACKWARDS, "backward")
+        # Whether XLA compiles the routing (keras_capsules.conv.set_xla); a
+        # runtime hint for the form of the hand-written backward, never saved.
+        self.xla = None
 
     weight_axes = (3,)  # the LayerNorm scale and offset: (dim,)
     fixed_length_poses = True
@@ -98,6 +112,17 @@ class InvertedDotProductRouting(Router):
         del activations  # Inverted dot-product routing does not use them.
         out_caps, dim = votes.shape[2], votes.shape[3]
         u = parent_major(votes)
+        if self.backward == "manual":
+            v, s, coefficients = inverted_dot_product_backward.inverted_dot_product_routing(
+                u,
+                ops.cast(self.scale, u.dtype),
+                ops.cast(self.offset, u.dtype),
+                self.iterations,
+                self.temperature,
+                LAYER_NORM_EPSILON,
+                fused=xla_compiles(self.xla),
+            )
+            return v, squash_length(s), swap_caps(coefficients)
         # The first update has uniform coefficients: no softmax, no einsum.
         coefficients = None
         s = ops.sum(u, axis=2) / out_caps
@@ -114,12 +139,17 @@ class InvertedDotProductRouting(Router):
         return v, squash_length(s), coefficients
 
     def _layer_norm(self, x):
-        mean = ops.mean(x, axis=-1, keepdims=True)
-        variance = ops.mean(ops.square(x - mean), axis=-1, keepdims=True)
+        # Sums over dim, not ops.mean: Keras 3.15's torch mean loses float64
+        # precision (errors ~1e-8).
+        dim = x.shape[-1]
+        mean = ops.sum(x, axis=-1, keepdims=True) / dim
+        variance = ops.sum(ops.square(x - mean), axis=-1, keepdims=True) / dim
         normed = (x - mean) * ops.rsqrt(variance + LAYER_NORM_EPSILON)
         return normed * ops.cast(self.scale, x.dtype) + ops.cast(self.offset, x.dtype)
 
     def get_config(self):
         config = super().get_config()
-        config.update(iterations=self.iterations, temperature=self.temperature)
+        config.update(
+            iterations=self.iterations, temperature=self.temperature, backward=self.backward
+        )
         return config

@@ -3,10 +3,14 @@
 import keras
 from keras import ops
 
+from keras_capsules.conv import xla_compiles
 from keras_capsules.ops import efficient_squash, safe_norm
+from keras_capsules.routing import self_attention_backward
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
-from keras_capsules.validation import positive_float
+from keras_capsules.validation import one_of, positive_float
+
+BACKWARDS = ("manual", "autodiff")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -31,6 +35,12 @@ class SelfAttentionRouting(Router):
     Args:
         temperature: divides the logits before the softmax, `> 0`.
         use_priors: learn the priors `B`; needs a known `in_caps`.
+        backward: `"manual"` (default) differentiates the routing with a
+            backward pass written by hand
+            (`keras_capsules.routing.self_attention_backward`) that writes
+            the votes' gradient once; `"autodiff"` lets the backend
+            differentiate it. Both give the same gradients (to float32
+            rounding).
         **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
             arguments (`name`, `dtype`).
 
@@ -57,10 +67,14 @@ class SelfAttentionRouting(Router):
     network with self-attention routing", Scientific Reports 11, 2021.
     """
 
-    def __init__(self, temperature=1.0, use_priors=True, **kwargs):
+    def __init__(self, temperature=1.0, use_priors=True, backward="manual", **kwargs):
         super().__init__(**kwargs)
         self.temperature = positive_float(temperature, "temperature")
         self.use_priors = bool(use_priors)
+        self.backward = one_of(backward, BACKWARDS, "backward")
+        # Whether XLA compiles the routing (keras_capsules.conv.set_xla); a
+        # runtime hint for the form of the hand-written backward, never saved.
+        self.xla = None
 
     @property
     def weight_axes(self):
@@ -83,6 +97,14 @@ class SelfAttentionRouting(Router):
         del activations  # Self-attention routing does not use them.
         dim = votes.shape[-1]
         u = parent_major(votes)
+        if self.backward == "manual":
+            priors = None
+            if self.use_priors:
+                priors = ops.transpose(ops.cast(self.priors, u.dtype), (1, 0))
+            poses, coefficients = self_attention_backward.self_attention_routing(
+                u, priors, self.temperature, fused=xla_compiles(self.xla)
+            )
+            return poses, safe_norm(poses), swap_caps(coefficients)
         consensus = ops.sum(u, axis=2)
         logits = agreement(u, consensus) / (dim**0.5 * self.temperature)
         coefficients = ops.softmax(logits, axis=1)
@@ -93,5 +115,7 @@ class SelfAttentionRouting(Router):
 
     def get_config(self):
         config = super().get_config()
-        config.update(temperature=self.temperature, use_priors=self.use_priors)
+        config.update(
+            temperature=self.temperature, use_priors=self.use_priors, backward=self.backward
+        )
         return config

@@ -9,12 +9,18 @@ def _votes_and_priors(rng):
     return {"votes": rng.normal(size=(2, 5, 3, 4)), "priors": rng.normal(size=(5, 3)) * 0.1}
 
 
-for _temperature in (0.5, 1.0):
+# The default hand-written backward pass, and the backend's automatic
+# differentiation (tests/routing/test_self_attention_backward.py compares
+# the two in every compile mode and option).
+for _temperature, _backward in ((0.5, "manual"), (1.0, "manual"), (0.5, "autodiff")):
     register(
         Case(
-            name=f"self-attention-t{_temperature}",
+            name=f"self-attention-t{_temperature}"
+            + ("-autodiff" if _backward == "autodiff" else ""),
             inputs=_votes_and_priors,
-            build=lambda t=_temperature: keras_capsules.routing.SelfAttentionRouting(temperature=t),
+            build=lambda t=_temperature, b=_backward: keras_capsules.routing.SelfAttentionRouting(
+                temperature=t, backward=b
+            ),
             reference=lambda a, t=_temperature: list(
                 ref.self_attention_routing(a["votes"], a["priors"], t)
             ),
@@ -133,13 +139,24 @@ def _inverted_inputs(rng):
     }
 
 
-for _iterations, _temperature in ((1, 1.0), (2, 1.0), (3, 0.5)):
+# The default hand-written backward pass, and the backend's automatic
+# differentiation (tests/routing/test_inverted_dot_product_backward.py
+# compares the two in every compile mode).
+for _iterations, _temperature, _backward in (
+    (1, 1.0, "manual"),
+    (2, 1.0, "manual"),
+    (3, 0.5, "manual"),
+    (3, 0.5, "autodiff"),
+):
     register(
         Case(
-            name=f"inverted-dot-product-it{_iterations}-t{_temperature}",
+            name=f"inverted-dot-product-it{_iterations}-t{_temperature}"
+            + ("-autodiff" if _backward == "autodiff" else ""),
             inputs=_inverted_inputs,
-            build=lambda i=_iterations, t=_temperature: (
-                keras_capsules.routing.InvertedDotProductRouting(iterations=i, temperature=t)
+            build=lambda i=_iterations, t=_temperature, b=_backward: (
+                keras_capsules.routing.InvertedDotProductRouting(
+                    iterations=i, temperature=t, backward=b
+                )
             ),
             reference=lambda a, i=_iterations, t=_temperature: list(
                 ref.inverted_dot_product_routing(a["votes"], a["scale"], a["offset"], i, t)
