@@ -168,8 +168,10 @@ def set_xla(layer, xla):
     in it (through models' `layers` and layers' attributes) that is one of
     this library's convolving layers: `keras_capsules.layers.AutoConv2D`
     (and `StridedConv2D`), `PrimaryCapsule`, `PrimaryMatrixCapsule`,
-    `LocalCapsule2D` and `LocalDeconvCapsule2D`; and `DynamicRouting`, whose
-    hand-written backward pass takes the form XLA fuses best. Other layers
+    `LocalCapsule2D` and `LocalDeconvCapsule2D`; and the routers with
+    hand-written backward passes (`DynamicRouting`, `EMRouting`,
+    `InvertedDotProductRouting`, `SelfAttentionRouting`), whose backward
+    takes the form XLA fuses best. Other layers
     are left alone. A runtime setting, never saved; each of those layers
     starts with `xla=None`. The ready models call it from
     `compile`; call it yourself when you compile a model of your own that
@@ -192,7 +194,7 @@ def set_xla(layer, xla):
     >>> primary.xla
     False
     """
-    for sublayer in convolving_layers(layer):
+    for sublayer in xla_hinted_layers(layer):
         sublayer.xla = xla
 
 
@@ -208,26 +210,39 @@ def xla_compiles(xla):
 
 
 def convolving_layers(layer):
-    """This library's convolving layers in `layer` (itself included), the
-    ones with an `implementation` and an `xla` hint (see `set_xla`)."""
-    convolving = convolving_layer_classes()
-    return [sub for sub in _layers_within(layer, set()) if isinstance(sub, convolving)]
+    """This library's convolving layers in `layer` (itself included): the
+    ones with an `implementation` (and an `xla` hint, see `set_xla`)."""
+    return _layers_of(layer, convolving_layer_classes())
+
+
+def xla_hinted_layers(layer):
+    """The layers in `layer` (itself included) whose `xla` hint `set_xla`
+    sets: the convolving layers and the routers with hand-written backward
+    passes."""
+    return _layers_of(layer, convolving_layer_classes() + hand_differentiated_routers())
 
 
 def convolving_layer_classes():
-    """The layer classes whose `xla` attribute `set_xla` sets."""
     # Imported here: the layers import this module.
     from keras_capsules.layers.auto_conv2d import AutoConv2D
     from keras_capsules.layers.primary_convolution import PrimaryConvolution
     from keras_capsules.layers.segmentation_capsule import LocalCapsuleBase
+
+    return (AutoConv2D, PrimaryConvolution, LocalCapsuleBase)
+
+
+def hand_differentiated_routers():
+    """The router classes with a `backward="manual"` option."""
     from keras_capsules.routing.dynamic import DynamicRouting
     from keras_capsules.routing.em import EMRouting
     from keras_capsules.routing.inverted_dot_product import InvertedDotProductRouting
     from keras_capsules.routing.self_attention import SelfAttentionRouting
 
-    # The routers with hand-written backward passes.
-    routers = (DynamicRouting, EMRouting, InvertedDotProductRouting, SelfAttentionRouting)
-    return (AutoConv2D, PrimaryConvolution, LocalCapsuleBase, *routers)
+    return (DynamicRouting, EMRouting, InvertedDotProductRouting, SelfAttentionRouting)
+
+
+def _layers_of(layer, classes):
+    return [sub for sub in _layers_within(layer, set()) if isinstance(sub, classes)]
 
 
 def _layers_within(layer, seen):

@@ -4,7 +4,14 @@ import keras
 import numpy as np
 import pytest
 
-from keras_capsules.conv import conv2d, resolve_implementation, set_xla, ynn_convolutions_off
+from keras_capsules.conv import (
+    conv2d,
+    convolving_layers,
+    resolve_implementation,
+    set_xla,
+    xla_hinted_layers,
+    ynn_convolutions_off,
+)
 from keras_capsules.layers import PrimaryCapsule
 from tests.test_case import BACKEND, gradients, to_numpy
 
@@ -157,3 +164,16 @@ def test_conv2d_transpose_subpixel_matches_native(kernel, stride, padding, imple
     expected = keras.ops.conv_transpose(x, k, strides=stride, padding=padding)
     actual = conv2d_transpose(x, k, (stride, stride), padding, implementation)
     np.testing.assert_allclose(to_numpy(actual), to_numpy(expected), rtol=1e-5, atol=1e-5)
+
+
+def test_routers_get_the_xla_hint_but_no_implementation():
+    from keras_capsules.models import EfficientCapsNet
+    from keras_capsules.routing import SelfAttentionRouting
+
+    model = EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,))
+    # The routers take the hint (their backward's form), not an implementation.
+    [router] = [r for r in xla_hinted_layers(model) if isinstance(r, SelfAttentionRouting)]
+    assert router not in convolving_layers(model)
+    assert all(hasattr(layer, "implementation") for layer in convolving_layers(model))
+    set_xla(model, True)
+    assert router.xla is True
