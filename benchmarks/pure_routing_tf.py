@@ -139,11 +139,15 @@ def inverted_dot_product(config, weights):
     def route(votes):
         out_caps, dim = votes.shape[2], votes.shape[3]
         u = _parent_major(votes)
-        v = _layer_norm(tf.reduce_sum(u, axis=2) / out_caps, scale, offset)
+        s = tf.reduce_sum(u, axis=2) / out_caps
+        v = _layer_norm(s, scale, offset)
         for _ in range(iterations - 1):
             c = tf.nn.softmax(_dot(u, v) / (math.sqrt(dim) * temperature), axis=1)
-            v = _layer_norm(_weighted_sum(c, u), scale, offset)
-        return v, _norm(v)
+            s = _weighted_sum(c, u)
+            v = _layer_norm(s, scale, offset)
+        # Activations: the squashed length of the last sum, n2 / (1 + n2).
+        n2 = tf.reduce_sum(s * s, axis=-1)
+        return v, n2 / (1.0 + n2)
 
     return route
 

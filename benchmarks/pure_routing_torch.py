@@ -135,11 +135,15 @@ def inverted_dot_product(config, weights):
     def route(votes):
         out_caps, dim = votes.shape[2], votes.shape[3]
         u = _parent_major(votes)
-        v = F.layer_norm(u.sum(2) / out_caps, (dim,), scale, offset, eps=1e-5)
+        s = u.sum(2) / out_caps
+        v = F.layer_norm(s, (dim,), scale, offset, eps=1e-5)
         for _ in range(iterations - 1):
             c = torch.softmax(_dot(u, v) / (math.sqrt(dim) * temperature), dim=1)
-            v = F.layer_norm(_weighted_sum(c, u), (dim,), scale, offset, eps=1e-5)
-        return v, _norm(v)
+            s = _weighted_sum(c, u)
+            v = F.layer_norm(s, (dim,), scale, offset, eps=1e-5)
+        # Activations: the squashed length of the last sum, n2 / (1 + n2).
+        n2 = (s * s).sum(-1)
+        return v, n2 / (1.0 + n2)
 
     return route
 
