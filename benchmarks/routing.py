@@ -61,6 +61,14 @@ def routers():
         "inverted-dot-product": lambda: routing.InvertedDotProductRouting(iterations=2),
         "self-routing": lambda: routing.SelfRouting(),
         "em": lambda: routing.EMRouting(iterations=3),
+        # The backend's own differentiation of the routers that default to a
+        # hand-written backward pass (backward="manual"), to compare the two.
+        "dynamic-autodiff": lambda: routing.DynamicRouting(iterations=3, backward="autodiff"),
+        "self-attention-autodiff": lambda: routing.SelfAttentionRouting(backward="autodiff"),
+        "inverted-dot-product-autodiff": lambda: routing.InvertedDotProductRouting(
+            iterations=2, backward="autodiff"
+        ),
+        "em-autodiff": lambda: routing.EMRouting(iterations=3, backward="autodiff"),
     }
 
 
@@ -94,6 +102,7 @@ def worker(args):
     from _backend import grad_step
 
     import keras_capsules
+    from keras_capsules.conv import set_xla
 
     print(f"{args.backend}: library {os.path.dirname(keras_capsules.__file__)}", file=sys.stderr)
     pure = importlib.import_module(PURE_MODULES[args.backend])
@@ -107,6 +116,9 @@ def worker(args):
     for name in args.routers.split(",") if args.routers else factories:
         router = factories[name]()
         router.build(shape)
+        # The steps below run under XLA on TF and JAX (eager torch): the
+        # routers' hint for the form of their hand-written backward passes.
+        set_xla(router, keras.backend.backend() != "torch")
         weights = randomise_weights(router)
         kind = type(router).__name__
         if kind not in pure.ROUTERS:
@@ -190,7 +202,7 @@ def main():
         "interleaved; ratio = ours / pure (medians); "
         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}"
     )
-    header = f"{'router':<22} {'backend':<11}{'ours':>18}{'pure':>18}"
+    header = f"{'router':<30} {'backend':<11}{'ours':>18}{'pure':>18}"
     header += f"{'ratio':>7}{'min ratio':>10}{'cpu ratio':>10}"
     if args.torch_compile:
         header += f"{'torch.compile(pure)':>22}"
@@ -202,7 +214,7 @@ def main():
                 continue
             r = rows[name]
             cells = [f"{r[k]['median_ms']:.1f} ({r[k]['min_ms']:.1f})" for k in ("ours", "pure")]
-            line = f"{name:<22} {backend:<11}{cells[0]:>18}{cells[1]:>18}"
+            line = f"{name:<30} {backend:<11}{cells[0]:>18}{cells[1]:>18}"
             line += f"{r['ours']['median_ms'] / r['pure']['median_ms']:>7.2f}"
             line += f"{r['ours']['min_ms'] / r['pure']['min_ms']:>10.2f}"
             line += f"{r['ours']['median_cpu_ms'] / r['pure']['median_cpu_ms']:>10.2f}"

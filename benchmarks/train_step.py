@@ -3,7 +3,8 @@
 usage: python benchmarks/train_step.py [--models capsnet,readme,efficient,matrix]
            [--batches 32,128] [--backends tensorflow,torch,jax]
            [--jit off,on,default] [--references torch,torch-compile,jax]
-           [--implementations conv,matmul,...] [--jax-xla-flags FLAGS]
+           [--implementations conv,matmul,...] [--backwards manual,autodiff]
+           [--jax-xla-flags FLAGS]
            [--repeats 3] [--steps 5] [--warmup 2] [--json out.json]
            [--peak-tflops fp32=67,tf32=495]
 
@@ -16,7 +17,9 @@ to). The default path on every backend:
         --backends tensorflow:default,torch:default,jax:default --references torch,jax
 
 `--implementations` runs ours once per entry, every convolving layer's
-`implementation=` set to it; `--jax-xla-flags` adds, for each JAX
+`implementation=` set to it; `--backwards` likewise sets every router's
+`backward=` (the routers with a hand-written backward pass: dynamic, EM,
+self-attention, inverted dot-product); `--jax-xla-flags` adds, for each JAX
 configuration of ours, one with `XLA_FLAGS` set to its value. A quick run:
 
     python benchmarks/train_step.py --models capsnet --batches 32 --repeats 3 --steps 3
@@ -99,6 +102,12 @@ def keras_step(config, data):
 
         for layer in convolving_layers(model):
             layer.implementation = config["implementation"]
+    if config.get("backward"):
+        from keras_capsules.conv import hand_differentiated_routers, xla_hinted_layers
+
+        for layer in xla_hinted_layers(model):
+            if isinstance(layer, hand_differentiated_routers()):
+                layer.backward = config["backward"]
     model.compile(optimizer=keras.optimizers.Adam(), loss=loss, jit_compile=config["jit"])
     config["resolved_jit"] = model.jit_compile
     if loss is not None:  # MarginLoss takes one-hot labels
@@ -242,6 +251,8 @@ def device_memory(backend):
 def label(config):
     if config["impl"] == "keras":
         implementation = config.get("implementation")
+        if config.get("backward"):
+            implementation = ",".join(filter(None, (implementation, config["backward"])))
         flags = f" XLA_FLAGS={config['xla_flags']}" if config.get("xla_flags") else ""
         return (
             f"ours {config['backend']}" + (f" [{implementation}]" if implementation else "") + flags
@@ -255,17 +266,19 @@ def configurations(args, model, batch):
     for backend, jits in args.backends:
         for jit in jits:
             for implementation in args.implementations:
-                configs.append(
-                    dict(
-                        common,
-                        impl="keras",
-                        backend=backend,
-                        jit=jit,
-                        implementation=implementation,
+                for backward in args.backwards:
+                    configs.append(
+                        dict(
+                            common,
+                            impl="keras",
+                            backend=backend,
+                            jit=jit,
+                            implementation=implementation,
+                            backward=backward,
+                        )
                     )
-                )
-                if backend == "jax" and args.jax_xla_flags:
-                    configs.append(dict(configs[-1], xla_flags=args.jax_xla_flags))
+                    if backend == "jax" and args.jax_xla_flags:
+                        configs.append(dict(configs[-1], xla_flags=args.jax_xla_flags))
     if model in ("capsnet", "readme"):
         for ref in args.references:
             backend = "torch" if ref.startswith("torch") else "jax"
@@ -472,6 +485,12 @@ def main():
         "layer's implementation= set to it (default: the models' own)",
     )
     parser.add_argument(
+        "--backwards",
+        default="",
+        help="comma list: run ours once per entry with every router's "
+        "backward= set to it (manual, autodiff; default: the routers' own)",
+    )
+    parser.add_argument(
         "--references",
         default=",".join(REFERENCES),
         help="pure CapsNets to run beside ours ('none' for none)",
@@ -524,6 +543,9 @@ def main():
         parser.error(f"--jit and backend suffixes take off, on and default. Received: {e}")
     args.references = [r for r in args.references.split(",") if r and r != "none"]
     args.implementations = args.implementations.split(",")
+    args.backwards = args.backwards.split(",")
+    if set(args.backwards) - {"", "manual", "autodiff"}:
+        parser.error(f"--backwards takes manual and autodiff. Received: {args.backwards}")
     unknown = {b for b, _ in args.backends} - set(BACKENDS) or set(args.references) - set(
         REFERENCES
     )
