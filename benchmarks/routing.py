@@ -3,7 +3,8 @@
 usage: python benchmarks/routing.py [--backends tensorflow,torch,jax]
                                     [--routers dynamic,...] [--repeats 5]
                                     [--shape 128,1152,10,16]
-                                    [--torch-compile] [--json out.json]
+                                    [--torch-compile] [--tf-graph]
+                                    [--json out.json]
 
 Each backend runs in a worker process of its own (benchmarks/harness.py:
 a backend cannot change inside a process). For every router, the library's
@@ -14,7 +15,9 @@ benchmarks/pure_routing_{tf,torch,jax}.py) on the same votes and the same
 (relative) and gradients within 1e-3, or the run fails. Then both are timed
 interleaved in the same process: one step is the routing output and the
 gradient of a scalar of it w.r.t. the votes, jitted with XLA on TF
-(`tf.function(jit_compile=True)`) and JAX (`jax.jit`), eager on torch.
+(`tf.function(jit_compile=True)`) and JAX (`jax.jit`), eager on torch;
+`--tf-graph`: a `tf.function` without XLA on TF, Keras's default on a CPU.
+The routers get the matching XLA hint (`keras_capsules.conv.set_xla`).
 `--torch-compile` adds `torch.compile` of the pure torch router as a third
 column (information only: ours runs eager). Prints ms per step, median
 (min) of `--repeats` after warm-up, and the ratios ours / pure of the
@@ -95,6 +98,19 @@ def randomise_weights(router, seed=1):
     return {w.name: np.asarray(w.numpy()) for w in router.weights}
 
 
+def compiled_step(loss_fn, tf_graph):
+    """`grad_step(loss_fn)`; with `tf_graph`, on TensorFlow a `tf.function`
+    without XLA instead."""
+    import keras
+    from _backend import grad_step
+
+    if tf_graph and keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(grad_step(loss_fn, jit=False))
+    return grad_step(loss_fn)
+
+
 def worker(args):
     harness.worker_setup(args)
     args = argparse.Namespace(**args)
@@ -118,7 +134,7 @@ def worker(args):
         router.build(shape)
         # The steps below run under XLA on TF and JAX (eager torch): the
         # routers' hint for the form of their hand-written backward passes.
-        set_xla(router, keras.backend.backend() != "torch")
+        set_xla(router, keras.backend.backend() != "torch" and not args.tf_graph)
         weights = randomise_weights(router)
         kind = type(router).__name__
         if kind not in pure.ROUTERS:
@@ -130,8 +146,8 @@ def worker(args):
             return keras.ops.sum(poses * poses) + keras.ops.sum(activations)
 
         steps = {
-            "ours": grad_step(ours_loss),
-            "pure": grad_step(lambda v, route=pure_route: pure.loss(route(v))),
+            "ours": compiled_step(ours_loss, args.tf_graph),
+            "pure": compiled_step(lambda v, route=pure_route: pure.loss(route(v)), args.tf_graph),
         }
         if args.torch_compile and args.backend == "torch":
             import torch
@@ -169,6 +185,11 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--shape", default="128,1152,10,16")
     parser.add_argument("--torch-compile", action="store_true")
+    parser.add_argument(
+        "--tf-graph",
+        action="store_true",
+        help="TensorFlow: a tf.function without XLA (what Keras compiles on a CPU by default)",
+    )
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -188,6 +209,7 @@ def main():
             shape=args.shape,
             routers=args.routers,
             torch_compile=args.torch_compile,
+            tf_graph=args.tf_graph,
         )
         # The worker's stderr passes through: its progress, or why it failed.
         results, error = harness.measure(os.path.abspath(__file__), config, env=env, stderr=None)
