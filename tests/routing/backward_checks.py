@@ -5,6 +5,7 @@ gradients of a router in each compile mode of the backend, compared between
 import contextlib
 
 import numpy as np
+import pytest
 from keras import ops
 
 from tests.parity.registry import stateless
@@ -66,3 +67,29 @@ def compare(router_class, kwargs, arrays, cotangents, tolerance, dtype=None):
             assert np.isfinite(manual[name]).all(), (name, mode)
             error = relative_error(manual[name], automatic[name])
             assert error < tolerance, (name, mode, error)
+
+
+def check_mixed_precision(make_router, arrays, cotangents, policy):
+    """The gradients of `make_router(dtype=policy)` are finite and close to
+    those of `make_router()` (float32)."""
+    half = tuple(c.astype(policy.split("_")[1]) for c in cotangents)
+    mixed = router_gradients(make_router(dtype=policy), arrays, half, MODES[-1])
+    full = router_gradients(make_router(), arrays, cotangents, MODES[-1])
+    for name in arrays:
+        assert np.isfinite(mixed[name]).all(), name
+        # The cotangents and outputs are rounded to the half dtype.
+        np.testing.assert_allclose(mixed[name], full[name], atol=5e-2 * np.abs(full[name]).max())
+
+
+def check_finite(router, arrays, cotangents):
+    for name, grad in router_gradients(router, arrays, cotangents, MODES[-1]).items():
+        assert np.isfinite(grad).all(), name
+
+
+def check_backward_option(router_class):
+    """`backward` defaults to "manual", survives the config and is checked."""
+    router = router_class(backward="autodiff")
+    assert router_class.from_config(router.get_config()).backward == "autodiff"
+    assert router_class().backward == "manual"
+    with pytest.raises(ValueError, match="backward='symbolic'"):
+        router_class(backward="symbolic")

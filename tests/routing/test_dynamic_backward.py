@@ -17,7 +17,7 @@ from keras import ops
 
 import keras_capsules
 from keras_capsules.routing import DynamicRouting, dynamic_backward
-from tests.routing.backward_checks import MODES, float64, relative_error
+from tests.routing.backward_checks import MODES, check_backward_option, float64, relative_error
 from tests.test_case import BACKEND, gradients, to_numpy
 
 AGREEMENTS = ("dot", "cosine", "euclidean")
@@ -146,11 +146,7 @@ def test_gradient_is_finite_for_zero_and_huge_votes(agreement):
 
 
 def test_backward_round_trips_and_is_validated():
-    router = DynamicRouting(backward="autodiff")
-    assert DynamicRouting.from_config(router.get_config()).backward == "autodiff"
-    assert DynamicRouting().backward == "manual"
-    with pytest.raises(ValueError, match="backward='symbolic'"):
-        DynamicRouting(backward="symbolic")
+    check_backward_option(DynamicRouting)
 
 
 def test_set_xla_reaches_the_router_of_a_capsule_layer():

@@ -17,7 +17,14 @@ from keras import ops
 
 import keras_capsules
 from keras_capsules.routing import EMRouting, em_backward
-from tests.routing.backward_checks import MODES, compare, float64, relative_error, router_gradients
+from tests.routing.backward_checks import (
+    check_backward_option,
+    check_finite,
+    check_mixed_precision,
+    compare,
+    float64,
+    relative_error,
+)
 from tests.test_case import gradients, to_numpy
 
 OPTIONS = {
@@ -86,18 +93,7 @@ def test_fused_and_matmul_forms_agree():
 @pytest.mark.parametrize("policy", ("mixed_float16", "mixed_bfloat16"))
 def test_gradients_are_finite_and_close_under_mixed_precision(policy):
     arrays, cotangents = _inputs("float32", seed=3)
-    half = policy.split("_")[1]
-    mixed = router_gradients(
-        EMRouting(dtype=policy),
-        arrays,
-        tuple(c.astype(half) for c in cotangents),
-        MODES[-1],
-    )
-    full = router_gradients(EMRouting(), arrays, cotangents, MODES[-1])
-    for name in arrays:
-        assert np.isfinite(mixed[name]).all(), name
-        # The inputs, cotangents and outputs are rounded to the half dtype.
-        np.testing.assert_allclose(mixed[name], full[name], atol=5e-2 * np.abs(full[name]).max())
+    check_mixed_precision(EMRouting, arrays, cotangents, policy)
 
 
 def test_gradients_are_finite_for_zero_and_huge_votes():
@@ -107,17 +103,11 @@ def test_gradients_are_finite_for_zero_and_huge_votes():
     # 1e6 (var ~1e12) are within float32's range, 1e15 is not (autodiff
     # gives NaN there too).
     arrays["votes"][1, :3] *= 1e6
-    grads = router_gradients(EMRouting(), arrays, cotangents, MODES[-1])
-    for name, grad in grads.items():
-        assert np.isfinite(grad).all(), name
+    check_finite(EMRouting(), arrays, cotangents)
 
 
 def test_backward_round_trips_and_is_validated():
-    router = EMRouting(backward="autodiff")
-    assert EMRouting.from_config(router.get_config()).backward == "autodiff"
-    assert EMRouting().backward == "manual"
-    with pytest.raises(ValueError, match="backward='symbolic'"):
-        EMRouting(backward="symbolic")
+    check_backward_option(EMRouting)
 
 
 def test_set_xla_reaches_the_router_of_a_matrix_capsule_layer():

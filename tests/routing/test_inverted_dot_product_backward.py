@@ -11,13 +11,22 @@ within 1e-5 (relative to each gradient's largest entry). The parity rows
 differences of the float64 reference.
 """
 
+import functools
+
 import numpy as np
 import pytest
 from keras import ops
 
 import keras_capsules
 from keras_capsules.routing import InvertedDotProductRouting, inverted_dot_product_backward
-from tests.routing.backward_checks import MODES, compare, float64, relative_error, router_gradients
+from tests.routing.backward_checks import (
+    check_backward_option,
+    check_finite,
+    check_mixed_precision,
+    compare,
+    float64,
+    relative_error,
+)
 from tests.test_case import gradients, to_numpy
 
 
@@ -76,31 +85,19 @@ def test_fused_and_matmul_forms_agree():
 @pytest.mark.parametrize("policy", ("mixed_float16", "mixed_bfloat16"))
 def test_gradients_are_finite_and_close_under_mixed_precision(policy):
     arrays, cotangents = _inputs("float32", seed=3)
-    half = tuple(c.astype(policy.split("_")[1]) for c in cotangents)
-    router = InvertedDotProductRouting(iterations=3, dtype=policy)
-    mixed = router_gradients(router, arrays, half, MODES[-1])
-    full = router_gradients(InvertedDotProductRouting(iterations=3), arrays, cotangents, MODES[-1])
-    for name in arrays:
-        assert np.isfinite(mixed[name]).all(), name
-        # The cotangents and outputs are rounded to the half dtype.
-        np.testing.assert_allclose(mixed[name], full[name], atol=5e-2 * np.abs(full[name]).max())
+    make = functools.partial(InvertedDotProductRouting, iterations=3)
+    check_mixed_precision(make, arrays, cotangents, policy)
 
 
 def test_gradients_are_finite_for_zero_and_huge_votes():
     arrays, cotangents = _inputs("float32", seed=4)
     arrays["votes"][0] = 0.0
     arrays["votes"][1, :3] *= 1e4  # the scale of tests/test_extreme_inputs.py
-    grads = router_gradients(InvertedDotProductRouting(iterations=3), arrays, cotangents, MODES[-1])
-    for name, grad in grads.items():
-        assert np.isfinite(grad).all(), name
+    check_finite(InvertedDotProductRouting(iterations=3), arrays, cotangents)
 
 
 def test_backward_round_trips_and_is_validated():
-    router = InvertedDotProductRouting(backward="autodiff")
-    assert InvertedDotProductRouting.from_config(router.get_config()).backward == "autodiff"
-    assert InvertedDotProductRouting().backward == "manual"
-    with pytest.raises(ValueError, match="backward='symbolic'"):
-        InvertedDotProductRouting(backward="symbolic")
+    check_backward_option(InvertedDotProductRouting)
 
 
 def test_set_xla_reaches_the_router_of_a_capsule_layer():

@@ -17,7 +17,14 @@ from keras import ops
 
 import keras_capsules
 from keras_capsules.routing import SelfAttentionRouting, self_attention_backward
-from tests.routing.backward_checks import MODES, compare, float64, relative_error, router_gradients
+from tests.routing.backward_checks import (
+    check_backward_option,
+    check_finite,
+    check_mixed_precision,
+    compare,
+    float64,
+    relative_error,
+)
 from tests.test_case import gradients, to_numpy
 
 OPTIONS = {
@@ -79,13 +86,7 @@ def test_fused_and_matmul_forms_agree():
 @pytest.mark.parametrize("policy", ("mixed_float16", "mixed_bfloat16"))
 def test_gradients_are_finite_and_close_under_mixed_precision(policy):
     arrays, cotangents = _inputs("float32", seed=3)
-    half = tuple(c.astype(policy.split("_")[1]) for c in cotangents)
-    mixed = router_gradients(SelfAttentionRouting(dtype=policy), arrays, half, MODES[-1])
-    full = router_gradients(SelfAttentionRouting(), arrays, cotangents, MODES[-1])
-    for name in arrays:
-        assert np.isfinite(mixed[name]).all(), name
-        # The cotangents and outputs are rounded to the half dtype.
-        np.testing.assert_allclose(mixed[name], full[name], atol=5e-2 * np.abs(full[name]).max())
+    check_mixed_precision(SelfAttentionRouting, arrays, cotangents, policy)
 
 
 def test_gradients_are_finite_for_zero_and_huge_votes():
@@ -95,17 +96,11 @@ def test_gradients_are_finite_for_zero_and_huge_votes():
     # logits (~1e16 * in_caps) overflow the float32 softmax's gradient,
     # automatic differentiation's too.
     arrays["votes"][1, :3] *= 1e4
-    grads = router_gradients(SelfAttentionRouting(), arrays, cotangents, MODES[-1])
-    for name, grad in grads.items():
-        assert np.isfinite(grad).all(), name
+    check_finite(SelfAttentionRouting(), arrays, cotangents)
 
 
 def test_backward_round_trips_and_is_validated():
-    router = SelfAttentionRouting(backward="autodiff")
-    assert SelfAttentionRouting.from_config(router.get_config()).backward == "autodiff"
-    assert SelfAttentionRouting().backward == "manual"
-    with pytest.raises(ValueError, match="backward='symbolic'"):
-        SelfAttentionRouting(backward="symbolic")
+    check_backward_option(SelfAttentionRouting)
 
 
 def test_set_xla_reaches_the_router_of_a_capsule_layer():
