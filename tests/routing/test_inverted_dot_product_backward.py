@@ -20,6 +20,7 @@ from keras import ops
 import keras_capsules
 from keras_capsules.routing import InvertedDotProductRouting, inverted_dot_product_backward
 from tests.routing.backward_checks import (
+    MATH_MODES,
     check_backward_option,
     check_finite,
     check_mixed_precision,
@@ -49,7 +50,15 @@ def test_float64_gradients_equal_autodiff(iterations, temperature):
     arrays, cotangents = _inputs("float64")
     kwargs = dict(iterations=iterations, temperature=temperature)
     with float64():
-        compare(InvertedDotProductRouting, kwargs, arrays, cotangents, 1e-9, dtype="float64")
+        compare(
+            InvertedDotProductRouting,
+            kwargs,
+            arrays,
+            cotangents,
+            1e-9,
+            dtype="float64",
+            modes=MATH_MODES,
+        )
 
 
 def test_float32_gradients_equal_autodiff():

@@ -18,6 +18,7 @@ from keras import ops
 import keras_capsules
 from keras_capsules.routing import SelfAttentionRouting, self_attention_backward
 from tests.routing.backward_checks import (
+    MATH_MODES,
     check_backward_option,
     check_finite,
     check_mixed_precision,
@@ -51,7 +52,15 @@ def test_float64_gradients_equal_autodiff(option):
     kwargs = OPTIONS[option]
     arrays, cotangents = _inputs("float64", kwargs.get("use_priors", True))
     with float64():
-        compare(SelfAttentionRouting, kwargs, arrays, cotangents, 1e-9, dtype="float64")
+        compare(
+            SelfAttentionRouting,
+            kwargs,
+            arrays,
+            cotangents,
+            1e-9,
+            dtype="float64",
+            modes=MATH_MODES,
+        )
 
 
 def test_float32_gradients_equal_autodiff():
