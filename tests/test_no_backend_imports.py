@@ -5,7 +5,8 @@ multi-process training, which drives the backend's own engine: it imports
 that backend inside its functions only, so `import keras_capsules` loads none;
 and `keras_capsules/models/_compile.py`, which asks TensorFlow (on the
 TensorFlow backend only) whether `compile` runs under a `tf.distribute`
-strategy.
+strategy; and `keras_capsules/routing/tracing.py`, which asks torch (on the
+torch backend only) whether it traces a model for export.
 """
 
 import ast
@@ -13,7 +14,7 @@ import pathlib
 
 BACKEND_MODULES = {"tensorflow", "torch", "jax", "jaxlib"}
 LIBRARY = pathlib.Path(__file__).resolve().parent.parent / "keras_capsules"
-LAZY_BACKEND_IMPORTS = {"distribute.py", "models/_compile.py"}
+LAZY_BACKEND_IMPORTS = {"distribute.py", "models/_compile.py", "routing/tracing.py"}
 
 
 def backend_imports(nodes):

@@ -9,6 +9,7 @@ from keras_capsules.conv import xla_compiles
 from keras_capsules.routing import em_backward
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
+from keras_capsules.routing.tracing import runs_manual_backward
 from keras_capsules.validation import is_real, one_of, positive_float, positive_int
 
 # Added to the summed assignment weights so a parent that receives nothing
@@ -152,7 +153,7 @@ class EMRouting(Router):
         out_caps = votes.shape[2]
         in_caps = ops.cast(ops.shape(votes)[1], dtype)
         u = parent_major(votes)  # (batch, out_caps, in_caps, P)
-        if self.backward == "manual":
+        if runs_manual_backward(self.backward):
             mu, a_out, coefficients = em_backward.em_routing(
                 u,
                 activations,

@@ -8,6 +8,7 @@ from keras_capsules.ops import squash_length
 from keras_capsules.routing import inverted_dot_product_backward
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
+from keras_capsules.routing.tracing import runs_manual_backward
 from keras_capsules.validation import one_of, positive_float, positive_int
 
 LAYER_NORM_EPSILON = 1e-5
@@ -112,7 +113,7 @@ class InvertedDotProductRouting(Router):
         del activations  # Inverted dot-product routing does not use them.
         out_caps, dim = votes.shape[2], votes.shape[3]
         u = parent_major(votes)
-        if self.backward == "manual":
+        if runs_manual_backward(self.backward):
             v, s, coefficients = inverted_dot_product_backward.inverted_dot_product_routing(
                 u,
                 ops.cast(self.scale, u.dtype),

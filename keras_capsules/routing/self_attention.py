@@ -8,6 +8,7 @@ from keras_capsules.ops import efficient_squash, safe_norm
 from keras_capsules.routing import self_attention_backward
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
+from keras_capsules.routing.tracing import runs_manual_backward
 from keras_capsules.validation import one_of, positive_float
 
 BACKWARDS = ("manual", "autodiff")
@@ -97,7 +98,7 @@ class SelfAttentionRouting(Router):
         del activations  # Self-attention routing does not use them.
         dim = votes.shape[-1]
         u = parent_major(votes)
-        if self.backward == "manual":
+        if runs_manual_backward(self.backward):
             priors = None
             if self.use_priors:
                 priors = ops.transpose(ops.cast(self.priors, u.dtype), (1, 0))
