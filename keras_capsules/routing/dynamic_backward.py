@@ -26,9 +26,9 @@ vote-sized buffer and otherwise reads `u`, so a step holds the votes, their
 gradient and what the capsule layer's own gradient needs.
 """
 
-import keras
 from keras import ops
 
+from keras_capsules.routing.custom_backward import with_backward
 from keras_capsules.routing.parent_major import agreement as dot_agreement
 from keras_capsules.routing.parent_major import weighted_sum
 
@@ -74,29 +74,13 @@ def dynamic_routing(u, iterations, temperature, agreement, step_size, stop_gradi
     """
     dim = u.shape[-1]
     options = (iterations, temperature, agreement, step_size, stop_gradient)
-    # torch hands the saved inputs to `grad`: a reference to the votes in its
-    # closure would keep them until the whole backward pass ends, not only
-    # until the routing's own backward is done.
-    closure_keeps_votes = keras.backend.backend() != "torch"
+
+    def backward(inputs, saved, upstream):
+        return (_backward(inputs[0], saved, upstream, *options, fused),)
 
     # One output, since torch's custom gradients take one upstream tensor:
     # the poses and the coefficients side by side, split again below.
-    @ops.custom_gradient
-    def route(u):
-        packed, saved = _forward(u, *options)
-        held = u if closure_keeps_votes else None
-
-        def grad(*args, upstream=None):
-            if upstream is None:  # TensorFlow and JAX pass it positionally
-                (upstream,) = args
-                votes = held
-            else:
-                (votes,) = args
-            return (_backward(votes, saved, upstream, *options, fused),)
-
-        return packed, grad
-
-    packed = route(u)
+    packed = with_backward(lambda u: _forward(u, *options), backward, [u])
     return packed[..., :dim], packed[..., dim:]
 
 

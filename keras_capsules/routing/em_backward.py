@@ -29,9 +29,9 @@ deviations of one iteration at a time.
 
 import math
 
-import keras
 from keras import ops
 
+from keras_capsules.routing.custom_backward import with_backward
 from keras_capsules.routing.parent_major import agreement as dot_agreement
 from keras_capsules.routing.parent_major import weighted_sum
 
@@ -60,53 +60,26 @@ def em_routing(u, a_in, beta_u, beta_a, lambdas, epsilon, fused):
     """
     dim = u.shape[-1]
     options = (tuple(lambdas), epsilon, fused)
-    closure_keeps_inputs = keras.backend.backend() != "torch"
 
-    def unpack(packed):
-        return packed[..., :dim], packed[..., dim], packed[..., dim + 1 :]
+    # Without activations the routing has no `a_in` input to differentiate.
+    inputs = [u, beta_u, beta_a] if a_in is None else [u, a_in, beta_u, beta_a]
+
+    def split(inputs):
+        """`(u, a_in or None, beta_u, beta_a)`."""
+        return (inputs[0], None, *inputs[1:]) if a_in is None else tuple(inputs)
+
+    def forward(*inputs):
+        return _forward(*split(inputs), *options[:2])
+
+    def backward(inputs, saved, upstream):
+        votes, a, bu, _ = split(inputs)
+        gu, g_a, g_beta_u, g_beta_a = _backward(votes, a, bu, saved, upstream, *options)
+        return (gu, g_beta_u, g_beta_a) if a_in is None else (gu, g_a, g_beta_u, g_beta_a)
 
     # One output (torch's custom gradients take one upstream tensor): the
-    # means, the activations and the assignments side by side. torch hands
-    # the saved inputs to `grad`; a closure over them would keep the votes
-    # until the whole backward pass ends.
-    if a_in is None:
-
-        @ops.custom_gradient
-        def route(u, beta_u, beta_a):
-            packed, saved = _forward(u, None, beta_u, beta_a, *options[:2])
-            held = (u, beta_u) if closure_keeps_inputs else None
-
-            def grad(*args, upstream=None):
-                if upstream is None:
-                    (upstream,) = args
-                    votes, bu = held
-                else:
-                    votes, bu = args[0], args[1]
-                gu, _, g_beta_u, g_beta_a = _backward(votes, None, bu, saved, upstream, *options)
-                return gu, g_beta_u, g_beta_a
-
-            return packed, grad
-
-        packed = route(u, beta_u, beta_a)
-    else:
-
-        @ops.custom_gradient
-        def route(u, a_in, beta_u, beta_a):
-            packed, saved = _forward(u, a_in, beta_u, beta_a, *options[:2])
-            held = (u, a_in, beta_u) if closure_keeps_inputs else None
-
-            def grad(*args, upstream=None):
-                if upstream is None:
-                    (upstream,) = args
-                    votes, a, bu = held
-                else:
-                    votes, a, bu = args[0], args[1], args[2]
-                return _backward(votes, a, bu, saved, upstream, *options)
-
-            return packed, grad
-
-        packed = route(u, a_in, beta_u, beta_a)
-    return unpack(packed)
+    # means, the activations and the assignments side by side.
+    packed = with_backward(forward, backward, inputs)
+    return packed[..., :dim], packed[..., dim], packed[..., dim + 1 :]
 
 
 def _forward(u, a_in, beta_u, beta_a, lambdas, epsilon):

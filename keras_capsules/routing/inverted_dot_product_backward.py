@@ -21,9 +21,9 @@ into one pass): the backward writes the votes' gradient once. The
 LayerNorm's scale and offset get `sum gv_r * normed_r` and `sum gv_r`.
 """
 
-import keras
 from keras import ops
 
+from keras_capsules.routing.custom_backward import with_backward
 from keras_capsules.routing.parent_major import agreement as dot_agreement
 from keras_capsules.routing.parent_major import weighted_sum
 
@@ -46,7 +46,6 @@ def inverted_dot_product_routing(u, scale, offset, iterations, temperature, epsi
     """
     parents, dim = u.shape[1], u.shape[-1]
     k = dim**0.5 * temperature
-    closure_keeps_votes = keras.backend.backend() != "torch"
 
     def mean(x):
         # Not ops.mean: Keras 3.15's torch mean loses float64 precision.
@@ -72,7 +71,8 @@ def inverted_dot_product_routing(u, scale, offset, iterations, temperature, epsi
         # One output (torch's custom gradients take one upstream tensor).
         return ops.concatenate([v, s, c], axis=-1), saved
 
-    def backward(u, scale, saved, upstream):
+    def backward(inputs, saved, upstream):
+        u, scale, _ = inputs
         gv, g_s_out, g_c_out = (
             upstream[..., :dim],
             upstream[..., dim : 2 * dim],
@@ -109,20 +109,5 @@ def inverted_dot_product_routing(u, scale, offset, iterations, temperature, epsi
             gu = ops.einsum("bjik,bjkd->bjid", ops.stack(left, axis=-1), ops.stack(right, axis=2))
         return gu, g_scale, g_offset
 
-    @ops.custom_gradient
-    def route(u, scale, offset):
-        packed, saved = forward(u, scale, offset)
-        held = (u, scale) if closure_keeps_votes else None
-
-        def grad(*args, upstream=None):
-            if upstream is None:  # TensorFlow and JAX pass it positionally
-                (upstream,) = args
-                votes, weights = held
-            else:
-                votes, weights = args[0], args[1]
-            return backward(votes, weights, saved, upstream)
-
-        return packed, grad
-
-    packed = route(u, scale, offset)
+    packed = with_backward(forward, backward, [u, scale, offset])
     return packed[..., :dim], packed[..., dim : 2 * dim], packed[..., 2 * dim :]

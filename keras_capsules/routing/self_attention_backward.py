@@ -20,9 +20,9 @@ of stacked factors (under XLA a sum of broadcast products, which it fuses
 into one pass): the backward writes the votes' gradient once.
 """
 
-import keras
 from keras import ops
 
+from keras_capsules.routing.custom_backward import with_backward
 from keras_capsules.routing.parent_major import agreement as dot_agreement
 from keras_capsules.routing.parent_major import weighted_sum
 
@@ -46,9 +46,8 @@ def self_attention_routing(u, priors, temperature, fused):
     """
     dim = u.shape[-1]
     scale = dim**0.5 * temperature
-    closure_keeps_votes = keras.backend.backend() != "torch"
 
-    def forward(u, priors):
+    def forward(u, priors=None):
         consensus = ops.sum(u, axis=2)
         p = ops.softmax(dot_agreement(u, consensus) / scale, axis=1)
         c = p if priors is None else p + priors
@@ -59,7 +58,8 @@ def self_attention_routing(u, priors, temperature, fused):
         # One output (torch's custom gradients take one upstream tensor).
         return ops.concatenate([h * s, c], axis=-1), saved
 
-    def backward(u, saved, upstream):
+    def backward(inputs, saved, upstream):
+        u = inputs[0]
         g_poses, g_c = upstream[..., :dim], upstream[..., dim:]
         s, n, h = saved["s"], saved["n"], saved["h"]
         # poses = h(n) s, h = (1 - e^-n) / n: dh/dn / n = (e^-n - h) / n^2.
@@ -78,42 +78,9 @@ def self_attention_routing(u, priors, temperature, fused):
             # einsum, not ops.matmul: Keras 3.15's torch matmul returns
             # float32 for float64 inputs.
             gu = ops.einsum("bjik,bjkd->bjid", ops.stack(left, axis=-1), ops.stack(right, axis=2))
-        return gu, ops.sum(gc, axis=0)
+        return (gu, ops.sum(gc, axis=0))[: len(inputs)]
 
-    if priors is None:
-
-        @ops.custom_gradient
-        def route(u):
-            packed, saved = forward(u, None)
-            held = u if closure_keeps_votes else None
-
-            def grad(*args, upstream=None):
-                if upstream is None:  # TensorFlow and JAX pass it positionally
-                    (upstream,) = args
-                    votes = held
-                else:
-                    (votes,) = args
-                return backward(votes, saved, upstream)[0]
-
-            return packed, grad
-
-        packed = route(u)
-    else:
-
-        @ops.custom_gradient
-        def route(u, priors):
-            packed, saved = forward(u, priors)
-            held = u if closure_keeps_votes else None
-
-            def grad(*args, upstream=None):
-                if upstream is None:
-                    (upstream,) = args
-                    votes = held
-                else:
-                    votes = args[0]
-                return backward(votes, saved, upstream)
-
-            return packed, grad
-
-        packed = route(u, priors)
+    # Without priors the routing has no second input to differentiate.
+    inputs = [u] if priors is None else [u, priors]
+    packed = with_backward(forward, backward, inputs)
     return packed[..., :dim], packed[..., dim:]
