@@ -99,3 +99,23 @@ def check_backward_option(router_class):
     assert router_class().backward == "manual"
     with pytest.raises(ValueError, match="backward='symbolic'"):
         router_class(backward="symbolic")
+
+
+def check_fused_forms(route, tensors, cotangents):
+    """The XLA form of a router's votes' gradient (sums of broadcast
+    products) and its batched-matmul form are the same numbers (float64):
+    `route(tensors, fused)` returns the routing's outputs; the loss is
+    `sum <output, cotangent>`, differentiated with respect to `tensors["u"]`."""
+    with float64():
+        tensors = {k: ops.convert_to_tensor(v) for k, v in tensors.items()}
+        grads = []
+        for fused in (False, True):
+
+            def loss(t, fused=fused):
+                outputs = route(t, fused)
+                return sum(
+                    ops.sum(x * ops.convert_to_tensor(g)) for x, g in zip(outputs, cotangents)
+                )
+
+            grads.append(to_numpy(gradients(loss, tensors, ("u",))["u"]))
+    assert relative_error(grads[1], grads[0]) < 1e-12

@@ -17,8 +17,14 @@ from keras import ops
 
 import keras_capsules
 from keras_capsules.routing import DynamicRouting, dynamic_backward
-from tests.routing.backward_checks import MODES, check_backward_option, float64, relative_error
-from tests.test_case import BACKEND, gradients, to_numpy
+from tests.routing.backward_checks import (
+    MODES,
+    check_backward_option,
+    check_fused_forms,
+    float64,
+    relative_error,
+)
+from tests.test_case import BACKEND, to_numpy
 
 AGREEMENTS = ("dot", "cosine", "euclidean")
 
@@ -107,22 +113,13 @@ def test_fused_and_matmul_forms_agree(agreement):
     """The XLA form (a sum of broadcast products) and the batched-matmul form
     of the votes' gradient are the same numbers, whichever runs."""
     votes, (gp, gc) = _inputs("float64", seed=2)
-    gc = gc.transpose(0, 2, 1)  # parent-major, like the votes
-    with float64():
-        grads = []
-        for fused in (False, True):
-
-            def loss(tensors, fused=fused):
-                v, c = dynamic_backward.dynamic_routing(
-                    tensors["u"], 3, 0.5, agreement, 1.0, False, fused=fused
-                )
-                return ops.sum(v * ops.convert_to_tensor(gp)) + ops.sum(
-                    c * ops.convert_to_tensor(gc)
-                )
-
-            u = {"u": ops.convert_to_tensor(votes.transpose(0, 2, 1, 3))}
-            grads.append(to_numpy(gradients(loss, u, ("u",))["u"]))
-    assert relative_error(grads[1], grads[0]) < 1e-12
+    check_fused_forms(
+        lambda t, fused: dynamic_backward.dynamic_routing(
+            t["u"], 3, 0.5, agreement, 1.0, False, fused=fused
+        ),
+        {"u": votes.transpose(0, 2, 1, 3)},
+        (gp, gc.transpose(0, 2, 1)),  # parent-major, like the votes
+    )
 
 
 @pytest.mark.parametrize("policy", ("mixed_float16", "mixed_bfloat16"))

@@ -13,7 +13,6 @@ differences of the float64 reference.
 
 import numpy as np
 import pytest
-from keras import ops
 
 import keras_capsules
 from keras_capsules.routing import EMRouting, em_backward
@@ -21,12 +20,11 @@ from tests.routing.backward_checks import (
     MATH_MODES,
     check_backward_option,
     check_finite,
+    check_fused_forms,
     check_mixed_precision,
     compare,
     float64,
-    relative_error,
 )
-from tests.test_case import gradients, to_numpy
 
 OPTIONS = {
     "schedule": dict(iterations=3),
@@ -70,27 +68,18 @@ def test_fused_and_matmul_forms_agree():
     """The XLA form (sums of broadcast products) and the batched-matmul form
     of the votes' gradient are the same numbers, whichever runs."""
     arrays, (gp, ga, gc) = _inputs("float64", seed=2)
-    gc = gc.transpose(0, 2, 1)  # parent-major, like the votes
-    with float64():
-        grads = []
-        for fused in (False, True):
-
-            def loss(t, fused=fused):
-                mu, a_out, c = em_backward.em_routing(
-                    t["u"], t["a"], t["bu"], t["ba"], [0.3, 0.6, 0.9], 1e-4, fused=fused
-                )
-                terms = ((mu, gp), (a_out, ga), (c, gc))
-                return sum(ops.sum(x * ops.convert_to_tensor(g)) for x, g in terms)
-
-            tensors = {
-                "u": arrays["votes"].transpose(0, 2, 1, 3),
-                "a": arrays["activations"],
-                "bu": arrays["beta_u"],
-                "ba": arrays["beta_a"],
-            }
-            tensors = {k: ops.convert_to_tensor(v) for k, v in tensors.items()}
-            grads.append(to_numpy(gradients(loss, tensors, ("u",))["u"]))
-    assert relative_error(grads[1], grads[0]) < 1e-12
+    check_fused_forms(
+        lambda t, fused: em_backward.em_routing(
+            t["u"], t["a"], t["bu"], t["ba"], [0.3, 0.6, 0.9], 1e-4, fused=fused
+        ),
+        {
+            "u": arrays["votes"].transpose(0, 2, 1, 3),
+            "a": arrays["activations"],
+            "bu": arrays["beta_u"],
+            "ba": arrays["beta_a"],
+        },
+        (gp, ga, gc.transpose(0, 2, 1)),  # parent-major, like the votes
+    )
 
 
 @pytest.mark.parametrize("policy", ("mixed_float16", "mixed_bfloat16"))

@@ -15,7 +15,6 @@ import functools
 
 import numpy as np
 import pytest
-from keras import ops
 
 import keras_capsules
 from keras_capsules.routing import InvertedDotProductRouting, inverted_dot_product_backward
@@ -23,12 +22,11 @@ from tests.routing.backward_checks import (
     MATH_MODES,
     check_backward_option,
     check_finite,
+    check_fused_forms,
     check_mixed_precision,
     compare,
     float64,
-    relative_error,
 )
-from tests.test_case import gradients, to_numpy
 
 
 def _inputs(dtype, seed=0):
@@ -70,25 +68,17 @@ def test_fused_and_matmul_forms_agree():
     """The XLA form (a sum of broadcast products) and the batched-matmul form
     of the votes' gradient are the same numbers, whichever runs."""
     arrays, (gp, _, gc) = _inputs("float64", seed=2)
-    gc = gc.transpose(0, 2, 1)  # parent-major, like the votes
-    with float64():
-        grads = []
-        for fused in (False, True):
-
-            def loss(t, fused=fused):
-                v, s, c = inverted_dot_product_backward.inverted_dot_product_routing(
-                    t["u"], t["scale"], t["offset"], 3, 0.7, 1e-5, fused=fused
-                )
-                terms = ((v, gp), (s, gp), (c, gc))
-                return sum(ops.sum(x * ops.convert_to_tensor(g)) for x, g in terms)
-
-            tensors = {
-                "u": ops.convert_to_tensor(arrays["votes"].transpose(0, 2, 1, 3)),
-                "scale": ops.convert_to_tensor(arrays["scale"]),
-                "offset": ops.convert_to_tensor(arrays["offset"]),
-            }
-            grads.append(to_numpy(gradients(loss, tensors, ("u",))["u"]))
-    assert relative_error(grads[1], grads[0]) < 1e-12
+    check_fused_forms(
+        lambda t, fused: inverted_dot_product_backward.inverted_dot_product_routing(
+            t["u"], t["scale"], t["offset"], 3, 0.7, 1e-5, fused=fused
+        ),
+        {
+            "u": arrays["votes"].transpose(0, 2, 1, 3),
+            "scale": arrays["scale"],
+            "offset": arrays["offset"],
+        },
+        (gp, gp, gc.transpose(0, 2, 1)),  # parent-major, like the votes
+    )
 
 
 @pytest.mark.parametrize("policy", ("mixed_float16", "mixed_bfloat16"))

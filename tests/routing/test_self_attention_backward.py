@@ -13,7 +13,6 @@ differences of the float64 reference.
 
 import numpy as np
 import pytest
-from keras import ops
 
 import keras_capsules
 from keras_capsules.routing import SelfAttentionRouting, self_attention_backward
@@ -21,12 +20,11 @@ from tests.routing.backward_checks import (
     MATH_MODES,
     check_backward_option,
     check_finite,
+    check_fused_forms,
     check_mixed_precision,
     compare,
     float64,
-    relative_error,
 )
-from tests.test_case import gradients, to_numpy
 
 OPTIONS = {
     "priors": dict(),
@@ -72,24 +70,13 @@ def test_fused_and_matmul_forms_agree():
     """The XLA form (a sum of broadcast products) and the batched-matmul form
     of the votes' gradient are the same numbers, whichever runs."""
     arrays, (gp, _, gc) = _inputs("float64", seed=2)
-    gc = gc.transpose(0, 2, 1)  # parent-major, like the votes
-    with float64():
-        grads = []
-        for fused in (False, True):
-
-            def loss(t, fused=fused):
-                poses, c = self_attention_backward.self_attention_routing(
-                    t["u"], t["priors"], 0.7, fused=fused
-                )
-                terms = ((poses, gp), (c, gc))
-                return sum(ops.sum(x * ops.convert_to_tensor(g)) for x, g in terms)
-
-            tensors = {
-                "u": ops.convert_to_tensor(arrays["votes"].transpose(0, 2, 1, 3)),
-                "priors": ops.convert_to_tensor(arrays["priors"].T),
-            }
-            grads.append(to_numpy(gradients(loss, tensors, ("u",))["u"]))
-    assert relative_error(grads[1], grads[0]) < 1e-12
+    check_fused_forms(
+        lambda t, fused: self_attention_backward.self_attention_routing(
+            t["u"], t["priors"], 0.7, fused=fused
+        ),
+        {"u": arrays["votes"].transpose(0, 2, 1, 3), "priors": arrays["priors"].T},
+        (gp, gc.transpose(0, 2, 1)),  # parent-major, like the votes
+    )
 
 
 @pytest.mark.parametrize("policy", ("mixed_float16", "mixed_bfloat16"))
