@@ -142,7 +142,8 @@ class HeinsenCapsule(keras.layers.Layer):
         if scores is not None:
             check_activations_shape("HeinsenCapsule", "poses", poses.shape, scores.shape)
         d_cov = poses.shape[2]
-        mu, a_out, sig2 = self.router(self.votes(poses), scores, return_variances=True)
+        # `call`, not `__call__`: see `call_router` (the votes are freed sooner on torch).
+        mu, a_out, sig2 = self.router.call(self.votes(poses), scores, return_variances=True)
         shape = (-1, self.num_capsules, d_cov, self.capsule_dim)
         mu = ops.cast(ops.reshape(mu, shape), self.compute_dtype)
         a_out = ops.cast(a_out, self.compute_dtype)

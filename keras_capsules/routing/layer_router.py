@@ -62,8 +62,19 @@ def call_router(layer, votes, activations, length_coded=False):
     that a pose's length is its parent's activation for every router.
     Activations that are logits (`Router.logit_activations`: Heinsen
     routing's scores) become `sigmoid(activations)` there first, so the
-    poses have lengths in (0, 1)."""
-    poses, activations = layer.router(votes, activations)
+    poses have lengths in (0, 1).
+
+    The router's `call` runs directly, not through `Layer.__call__`: on
+    torch, Keras's `__call__` flattens its arguments with a recursive
+    closure that keeps them in a reference cycle until Python's garbage
+    collector runs, so the votes (often the largest tensor of the step, not
+    needed once the router has copied them into its own layout) would stay
+    alive through the backward pass and the optimizer's update: 1-2
+    vote-sized buffers more in a torch training step
+    (`benchmarks/memory.py`). The router needs nothing `__call__` adds: the
+    layer built it, it reads its variables without autocasting and casts
+    the votes itself."""
+    poses, activations = layer.router.call(votes, activations)
     router = layer.router
     if length_coded and router.logit_activations:
         activations = ops.sigmoid(activations)
