@@ -326,11 +326,11 @@ for name in ("backup.npz", "training_log.csv"):
 
 
 def example_commands(output_dir, flags, prelude=lambda process_id: ""):
-    """tests/resume_worker.py with --distribute, one process per process id,
+    """tests/examples/resume_worker.py with --distribute, one process per process id,
     each after the code `prelude(process_id)`."""
     ports, base = free_ports(PROCESSES), worker_environment()
     args = [str(output_dir), "--distribute", *flags]
-    code = f"from tests import resume_worker\nresume_worker.main(*{args!r})\n"
+    code = f"from tests.examples import resume_worker\nresume_worker.main(*{args!r})\n"
     return [
         (
             f"worker{process_id}",
@@ -348,7 +348,7 @@ def test_a_two_process_run_resumes_from_process_0s_backup(tmp_path):
     them to the same weights and log as the uninterrupted run."""
     import keras
 
-    from tests.test_resume import RUN, at_step
+    from tests.examples.test_resume import RUN, at_step
 
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import BACKEND
-from tests.test_examples import (
+from tests.examples.test_scripts import (
     EXAMPLES,
     ROOT,
     example,
@@ -19,8 +19,8 @@ from tests.test_examples import (
     tiny_run,
 )
 
-# tests/resume_worker.py: a tiny model on generated data, 6 steps per epoch.
-WORKER = os.path.join(ROOT, "tests", "resume_worker.py")
+# tests/examples/resume_worker.py: a tiny model on generated data, 6 steps per epoch.
+WORKER = os.path.join(ROOT, "tests", "examples", "resume_worker.py")
 RUN = ["--epochs", "3", "--seed", "3", "--validation-fraction", "0"]
 
 
@@ -72,7 +72,7 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_weights(tmp_path):
     assert "Resumed from" in result.stdout and "1 of 3 epochs done" in result.stdout
     assert not (killed / "backup.npz").exists()  # finished: nothing to resume
     # The same run without a kill (here: this process runs it).
-    from tests import resume_worker
+    from tests.examples import resume_worker
 
     resume_worker.main(str(straight), *RUN)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import BACKEND
-from tests.test_examples import EXAMPLES, ROOT, example
+from tests.examples.test_scripts import EXAMPLES, ROOT, example
 
 # Run before anything else in a process: every HTTP(S) request fails at once
 # (no DNS look-up, no retries with back-off).

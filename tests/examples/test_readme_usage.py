@@ -7,7 +7,7 @@ import re
 
 import keras
 
-from tests.test_examples import ROOT, example
+from tests.examples.test_scripts import ROOT, example
 
 
 def _usage_snippet():

@@ -4,7 +4,7 @@ the foreground weight) on mock TFDS data, and the U-Net baseline."""
 import numpy as np
 import pytest
 
-from tests.test_examples import example, same_on_every_backend
+from tests.examples.test_scripts import example, same_on_every_backend
 
 
 def batches(dataset):

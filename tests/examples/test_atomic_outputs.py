@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.test_examples import EXAMPLES, ROOT, example, same_on_every_backend
+from tests.examples.test_scripts import EXAMPLES, ROOT, example, same_on_every_backend
 
 
 @same_on_every_backend

@@ -15,7 +15,7 @@ import pytest
 import keras_capsules as kc
 from tests.conftest import BACKEND, authors_weights, real_mnist_dir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")
 OUTPUTS = ["training_log.csv", "metrics.json", "model.keras", "training_curves.png"]
 CAPSULE_FIGURES = ["reconstructions.png", "perturbations.png", "routing.png"]
@@ -373,7 +373,7 @@ def test_command_line_runs_turn_off_ynn_convolutions_on_jax(monkeypatch):
 
 
 def tiny_run(output_dir, *flags, load_data=None):
-    """common.run of a tiny BackboneCapsNet on 16 generated images, one epoch
+    """common.run of a tiny CapsuleImageClassifier on 16 generated images, one epoch
     of 3 steps; `--validation-fraction` holds out the last 4 images
     (`load_data`: other data of those shapes)."""
     import tensorflow as tf
@@ -385,8 +385,8 @@ def tiny_run(output_dir, *flags, load_data=None):
 
     def build_model(args):
         backbone = keras.Sequential([keras.Input((6, 6, 3)), keras.layers.Conv2D(4, 3)])
-        return kc.BackboneCapsNet(
-            backbone, 3, primary_capsules=2, capsule_dim=4, class_capsule_dim=4
+        return kc.CapsuleImageClassifier(
+            backbone, 3, primary_capsules=2, primary_dim=4, capsule_dim=4
         )
 
     def generated(args, batch_size, drop_remainder=False):

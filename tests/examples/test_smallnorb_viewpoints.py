@@ -6,7 +6,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from tests.conftest import BACKEND
-from tests.test_examples import example, read_metrics
+from tests.examples.test_scripts import example, read_metrics
 
 EXAMPLES = 60  # mock examples per split: each viewpoint subset gets some
 

@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 
 from tests.conftest import BACKEND
-from tests.test_examples import OUTPUTS, example, read_log, read_metrics, same_on_every_backend
+from tests.examples.test_scripts import (
+    OUTPUTS,
+    example,
+    read_log,
+    read_metrics,
+    same_on_every_backend,
+)
 
 
 @pytest.mark.parametrize(

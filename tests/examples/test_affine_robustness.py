@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import BACKEND
-from tests.test_examples import example, read_metrics, same_on_every_backend
+from tests.examples.test_scripts import example, read_metrics, same_on_every_backend
 
 
 def digits(count=6):

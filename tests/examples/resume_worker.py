@@ -1,8 +1,8 @@
-"""A small training run of `examples/common.py`, for tests/test_resume.py.
+"""A small training run of `examples/common.py`, for tests/examples/test_resume.py.
 
-usage: python -m tests.resume_worker OUTPUT_DIR [common.run flags]
+usage: python -m tests.examples.resume_worker OUTPUT_DIR [common.run flags]
 
-A tiny BackboneCapsNet on 32 generated images, batched by
+A tiny CapsuleImageClassifier on 32 generated images, batched by
 `data.training_batches` with a random shift per example (stateless, from
 the epoch's key), so the data order and augmentation matter: what the
 examples do, without a TFDS dataset or the examples' figures.
@@ -17,7 +17,7 @@ if os.environ.get("KERAS_BACKEND") == "torch":
 import keras
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 import common  # noqa: E402
@@ -29,7 +29,7 @@ import keras_capsules as kc  # noqa: E402
 
 def build_model(args):
     backbone = keras.Sequential([keras.Input((6, 6, 3)), keras.layers.Conv2D(4, 3)])
-    return kc.BackboneCapsNet(backbone, 3, primary_capsules=2, capsule_dim=4, class_capsule_dim=4)
+    return kc.CapsuleImageClassifier(backbone, 3, primary_capsules=2, primary_dim=4, capsule_dim=4)
 
 
 def shift(example, key):
