@@ -57,7 +57,7 @@ def matrix_capsnet():
         primary_capsules=2,
         conv_capsules1=2,
         conv_capsules2=2,
-        iterations=1,
+        router={"class_name": "em", "config": {"iterations": 1}},
     )
     return model, None
 
@@ -109,7 +109,7 @@ def build(name):
 
 
 def labels_for(model, labels):
-    if isinstance(model, kc.models.base.CapsuleClassifier) or isinstance(model, kc.MatrixCapsNet):
+    if isinstance(model, kc.models.CapsuleClassifier) or isinstance(model, kc.MatrixCapsNet):
         return labels
     return np.eye(3, dtype="float32")[labels]  # MarginLoss wants one-hot.
 
@@ -141,8 +141,7 @@ class MarkStarted(keras.callbacks.Callback):
 
 def train_until_killed(out_dir):
     # Detection within the test's minute: JAX's survivors wait this long.
-    distribute.JAX_HEARTBEAT_TIMEOUT_S = 10
-    with distribute.scope() as cluster:
+    with distribute.scope(heartbeat_timeout_s=10) as cluster:
         model, _ = build("capsule")
         started = MarkStarted(os.path.join(out_dir, f"started.{cluster.process_id}"))
         train(model, [started], *global_batch("capsule"), steps=10**9)
