@@ -1,9 +1,9 @@
 """
 Title: Capsules on a CNN backbone: CIFAR-10
-Description: `BackboneCapsNet` puts primary and routed class capsules on a Keras backbone (ResNet50 by default), trained on RGB CIFAR-10.
+Description: `CapsuleImageClassifier` puts primary and routed class capsules on a Keras backbone (ResNet50 by default), trained on RGB CIFAR-10.
 Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules", NeurIPS 2017.
 
-`keras_capsules.models.BackboneCapsNet` takes any Keras model that maps
+`keras_capsules.models.CapsuleImageClassifier` takes any Keras model that maps
 images to a feature map; here a `keras.applications` network without its
 classifier (`include_top=False`, random initial weights) or, with
 `--backbone small`, a four-layer conv net. On the backbone's map: 32
@@ -27,7 +27,7 @@ import data
 import figures
 import keras  # (before tensorflow, see common.py)
 
-from keras_capsules.models import BackboneCapsNet
+from keras_capsules.models import CapsuleImageClassifier
 
 
 def small_backbone(input_shape):
@@ -68,7 +68,7 @@ def add_arguments(parser):
 
 def build_model(args):
     shape = (args.image_size, args.image_size, 3)
-    return BackboneCapsNet(
+    return CapsuleImageClassifier(
         BACKBONES[args.backbone](shape), 10, router=args.router, reconstruction=args.reconstruction
     )
 

@@ -71,8 +71,7 @@ def build_model(args):
         primary_capsules=primary_capsules,
         conv_capsules1=conv_capsules1,
         conv_capsules2=conv_capsules2,
-        iterations=args.iterations,
-        router=args.router,
+        router=args.router or {"class_name": "em", "config": {"iterations": args.iterations}},
     )
 
 

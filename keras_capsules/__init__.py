@@ -3,6 +3,12 @@
 Layers and routers are written with `keras.ops` only and run unchanged on
 TensorFlow, PyTorch and JAX.
 
+Every public class of `layers`, `routing`, `losses`, `metrics`, `models`
+and `callbacks` is also importable from the top level
+(`keras_capsules.Capsule`, `keras_capsules.MarginLoss`, ...); functions
+stay in their module (`keras_capsules.ops.squash`,
+`keras_capsules.models.from_preset`).
+
 Example (32 capsules of dimension 8 routed to 10 capsules of dimension 16):
 
 >>> import keras_capsules as kc
@@ -11,7 +17,7 @@ Example (32 capsules of dimension 8 routed to 10 capsules of dimension 16):
 (2, 10, 16)
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from keras_capsules import (
     callbacks,
@@ -25,6 +31,7 @@ from keras_capsules import (
     ops,
     routing,
 )
+from keras_capsules.callbacks import SpreadLossMarginScheduler
 from keras_capsules.layers import (
     AutoConv2D,
     Capsule,
@@ -42,20 +49,21 @@ from keras_capsules.layers import (
     Mask,
     PrimaryCapsule,
     PrimaryMatrixCapsule,
-    StridedConv2D,
+    RoutedCapsule,
 )
 from keras_capsules.losses import MarginLoss, SoftDiceLoss, SpreadLoss, WeightedBinaryCrossentropy
-from keras_capsules.metrics import DiceCoefficient
+from keras_capsules.metrics import DiceCoefficient, LabelSetAccuracy
 from keras_capsules.models import (
-    BackboneCapsNet,
     CapsNet,
+    CapsuleClassifier,
     CapsuleImageClassifier,
+    CapsuleModel,
+    CapsuleSegmenter,
     EfficientCapsNet,
     HeinsenCapsNet,
     MatrixCapsNet,
     SegCaps,
 )
-from keras_capsules.ops import efficient_squash, safe_norm, sparsemax, squash
 from keras_capsules.routing import (
     DynamicRouting,
     EMRouting,

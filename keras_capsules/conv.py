@@ -9,7 +9,8 @@ convolution's). Which is fastest depends on the backend, the device and
 whether XLA compiles the step: the `implementation=` argument of the
 layers, and the rule its `"auto"` follows, are explained once, in
 `resolve_implementation`; ready models tell their convolving layers about
-XLA (`set_xla`, which sets their `xla` attribute).
+XLA (`keras_capsules.models.set_xla`, which sets their `xla` attribute,
+`keras_capsules.xla_hint`).
 
 The sliding windows the matmul forms slice are in `keras_capsules.windows`.
 """
@@ -22,6 +23,7 @@ import numpy as np
 from keras import ops
 
 from keras_capsules.windows import extract_patches, same_padding, window_output_shape
+from keras_capsules.xla_hint import cpu_only
 
 IMPLEMENTATIONS = ("auto", "conv", "matmul", "hybrid", "space_to_depth")
 
@@ -45,21 +47,11 @@ def resolve_implementation(implementation, strides, inputs=None, xla=None):
     - `"auto"` (the default): the one measured fastest for this backend
       and device, and, on TensorFlow, for whether XLA compiles it
       (`xla`: the layer's `xla` attribute, which ready models set when
-      compiled: `set_xla`).
+      compiled: `keras_capsules.models.set_xla`).
 
-    What each costs on CPU (ms, 2 cores: forward, input and kernel
-    gradients of CapsNet's primary convolution, 9x9 stride 2, 20x20x256
-    -> 6x6x256, batch 32):
-
-    ```
-                             conv  matmul  hybrid  space_to_depth
-    TensorFlow, XLA          6639     303    6633             391
-    TensorFlow, no XLA        269     635     538             329
-    torch (eager)             289     407     293             398
-    JAX (jit)                7139     335    7116             862
-    ```
-
-    so `"auto"` picks:
+    From CPU measurements of each form (forward, input and kernel
+    gradients: `benchmarks/conv.py`, whose tables are in the benchmarks'
+    README), `"auto"` picks:
 
     - JAX on CPU: `"matmul"` for every stride (XLA's CPU convolutions,
       and their gradients, are slow), but `"conv"` for stride 1 when
@@ -76,8 +68,9 @@ def resolve_implementation(implementation, strides, inputs=None, xla=None):
       stride 1;
     - any GPU, and any other backend: `"conv"` (cuDNN).
 
-    The choice changes speed only, never the model: weights and saved
-    files are the same whichever runs.
+    The choice changes speed only, never the model: layers do not save it
+    in their configs (a file saved on one machine loads with `"auto"` on
+    another), and the weights are the same whichever runs.
 
     Args:
         implementation: `"auto"`, `"conv"`, `"matmul"`, `"hybrid"` or
@@ -153,116 +146,6 @@ def ynn_convolutions_off(flags=None):
     if any(item[0] in "+-" for item in items):  # edits of the default list
         return "-individual_convolution" in items
     return "individual_convolution" not in items  # the whole list
-
-
-def cpu_only():
-    """Whether every device Keras sees is a CPU (`keras.distribution.list_devices()`)."""
-    return all(d.lower().startswith("cpu") for d in keras.distribution.list_devices())
-
-
-def set_xla(layer, xla):
-    """Tells the convolving layers in `layer` whether XLA compiles them.
-
-    Sets the `xla` attribute, the hint that `implementation="auto"` reads
-    (`resolve_implementation`'s `xla`), of `layer` and of each layer nested
-    in it (through models' `layers` and layers' attributes) that is one of
-    this library's convolving layers: `keras_capsules.layers.AutoConv2D`
-    (and `StridedConv2D`), `PrimaryCapsule`, `PrimaryMatrixCapsule`,
-    `LocalCapsule2D` and `LocalDeconvCapsule2D`; and the routers with
-    hand-written backward passes (`DynamicRouting`, `EMRouting`,
-    `InvertedDotProductRouting`, `SelfAttentionRouting`), whose backward
-    takes the form XLA fuses best. Other layers
-    are left alone. A runtime setting, never saved; each of those layers
-    starts with `xla=None`. The ready models call it from
-    `compile`; call it yourself when you compile a model of your own that
-    holds such layers, or set `layer.xla` directly.
-
-    Args:
-        layer: a layer or model.
-        xla: `True` (XLA compiles the layers), `False` (it does not) or
-            `None` (unknown: the default before any call).
-
-    Example:
-
-    >>> from keras_capsules.conv import set_xla
-    >>> images = keras.Input((12, 12, 3))
-    >>> primary = keras_capsules.layers.PrimaryCapsule(2, 4, 5, strides=2)
-    >>> model = keras.Sequential([keras.Model(images, primary(images))])
-    >>> primary.xla is None
-    True
-    >>> set_xla(model, False)
-    >>> primary.xla
-    False
-    """
-    for sublayer in xla_hinted_layers(layer):
-        sublayer.xla = xla
-
-
-def xla_compiles(xla):
-    """Whether XLA compiles a layer whose `xla` hint (see `set_xla`) is
-    `xla`: always on JAX, never on torch, on TensorFlow as the hint says,
-    else as Keras's `jit_compile="auto"` decides (XLA on a GPU, a graph
-    without XLA on a CPU)."""
-    backend = keras.backend.backend()
-    if backend != "tensorflow":
-        return backend == "jax"
-    return not cpu_only() if xla is None else bool(xla)
-
-
-def convolving_layers(layer):
-    """This library's convolving layers in `layer` (itself included): the
-    ones with an `implementation` (and an `xla` hint, see `set_xla`)."""
-    return _layers_of(layer, convolving_layer_classes())
-
-
-def xla_hinted_layers(layer):
-    """The layers in `layer` (itself included) whose `xla` hint `set_xla`
-    sets: the convolving layers and the routers with hand-written backward
-    passes."""
-    return _layers_of(layer, convolving_layer_classes() + hand_differentiated_routers())
-
-
-def convolving_layer_classes():
-    # Imported here: the layers import this module.
-    from keras_capsules.layers.auto_conv2d import AutoConv2D
-    from keras_capsules.layers.primary_convolution import PrimaryConvolution
-    from keras_capsules.layers.segmentation_capsule import LocalCapsuleBase
-
-    return (AutoConv2D, PrimaryConvolution, LocalCapsuleBase)
-
-
-def hand_differentiated_routers():
-    """The router classes with a `backward="manual"` option."""
-    from keras_capsules.routing.dynamic import DynamicRouting
-    from keras_capsules.routing.em import EMRouting
-    from keras_capsules.routing.inverted_dot_product import InvertedDotProductRouting
-    from keras_capsules.routing.self_attention import SelfAttentionRouting
-
-    return (DynamicRouting, EMRouting, InvertedDotProductRouting, SelfAttentionRouting)
-
-
-def _layers_of(layer, classes):
-    return [sub for sub in _layers_within(layer, set()) if isinstance(sub, classes)]
-
-
-def _layers_within(layer, seen):
-    if id(layer) in seen:
-        return
-    seen.add(id(layer))
-    yield layer
-    children = list(layer.layers) if isinstance(layer, keras.Model) else []
-    # Attributes, and the lists and dicts that hold them (torch keeps a
-    # layer's sublayers in its `_modules` dict).
-    for value in vars(layer).values():
-        if isinstance(value, dict):
-            value = list(value.values())
-        children += [
-            v
-            for v in (value if isinstance(value, (list, tuple)) else [value])
-            if isinstance(v, keras.layers.Layer)
-        ]
-    for child in children:
-        yield from _layers_within(child, seen)
 
 
 def conv2d(x, kernel, strides, padding, implementation="conv"):

@@ -36,7 +36,7 @@ class MarginLoss(keras.losses.Loss):
         down_weight: weight of the absent-class term (lambda in the
             paper), `>= 0`.
         class_reduction: `"sum"` or `"mean"` over classes.
-        name, reduction, dtype: as for every `keras.losses.Loss`.
+        reduction, name, dtype: as for every `keras.losses.Loss`.
 
     Call arguments:
         y_true: one-hot labels `(batch, num_classes)`, or class ids
@@ -70,8 +70,8 @@ class MarginLoss(keras.losses.Loss):
         m_minus=0.1,
         down_weight=0.5,
         class_reduction="sum",
-        name="margin_loss",
         reduction="sum_over_batch_size",
+        name="margin_loss",
         dtype=None,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
@@ -160,7 +160,7 @@ class SpreadLoss(keras.losses.Loss):
 
     Args:
         margin: the initial margin, `> 0`.
-        name, reduction, dtype: as for every `keras.losses.Loss`.
+        reduction, name, dtype: as for every `keras.losses.Loss`.
 
     Call arguments:
         y_true: one-hot labels `(batch, num_classes)`, or class ids
@@ -185,7 +185,7 @@ class SpreadLoss(keras.losses.Loss):
     ICLR 2018.
     """
 
-    def __init__(self, margin=0.2, name="spread_loss", reduction="sum_over_batch_size", dtype=None):
+    def __init__(self, margin=0.2, reduction="sum_over_batch_size", name="spread_loss", dtype=None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.margin_state = _MarginState(positive_float(margin, "margin"))
 

@@ -20,6 +20,8 @@ import math
 import numbers
 import operator
 
+from keras_capsules.windows import window_output_shape
+
 
 def is_int(value):
     """True for integral numbers (NumPy's included), False for bool."""
@@ -103,7 +105,20 @@ def non_negative_float(value, name):
     return finite_float(value, name, low=0.0, low_inclusive=True)
 
 
-def renamed_config(config, renames):
-    """`config` with its keys renamed by `renames` (`{old: new}`): configs
-    saved before an argument was renamed load without a warning."""
-    return {renames.get(key, key): value for key, value in config.items()}
+def check_kernel_fits(layer_name, grid_name, spatial, kernel_size, strides, padding):
+    """The output grid of a windowed layer (`None` where `spatial` is);
+    raises if the kernel does not fit the known sizes."""
+    out = window_output_shape(spatial, kernel_size, strides, padding)
+    if any(n is not None and n < 1 for n in out):
+        raise ValueError(
+            f"{layer_name}: `kernel_size={tuple(kernel_size)}` is larger than the "
+            f"{grid_name} grid {tuple(spatial)} with padding='valid'."
+        )
+    return out
+
+
+def check_grid(layer_name, spatial, kernel_size, strides, padding):
+    """As `check_kernel_fits` for a capsule grid, whose sizes must be known."""
+    if any(n is None for n in spatial):
+        raise ValueError(f"{layer_name} needs a known grid size. Received: grid={tuple(spatial)}")
+    return check_kernel_fits(layer_name, "capsule", spatial, kernel_size, strides, padding)

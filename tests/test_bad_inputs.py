@@ -157,11 +157,6 @@ CASES = [
     ),
     ("conv2d-dim-0", construct(kc.ConvCapsule2D, 2, 0), ["capsule_dim=0"]),
     ("conv1d-kernel-pair", construct(kc.ConvCapsule1D, 2, 4, (3, 3)), ["kernel_size=(3, 3)"]),
-    (
-        "primary-matrix-pose",
-        construct(kc.PrimaryMatrixCapsule, 2, pose_shape=(4,)),
-        ["pose_shape=(4,)"],
-    ),
     ("primary-matrix-strides", construct(kc.PrimaryMatrixCapsule, 2, strides=1.5), ["strides=1.5"]),
     ("conv-matrix-kernel-0", construct(kc.ConvMatrixCapsule, 2, 0), ["kernel_size=0"]),
     ("conv-matrix-router", construct(kc.ConvMatrixCapsule, 2, router=5), ["router=5"]),
@@ -181,11 +176,11 @@ CASES = [
     ("length-epsilon-nan", construct(kc.Length, epsilon=NAN), ["epsilon=nan"]),
     ("length-epsilon-str", construct(kc.Length, epsilon="1e-7"), ["epsilon='1e-7'"]),
     (
-        "strided-conv-implementation",
-        construct(kc.StridedConv2D, 4, 3, implementation="fft"),
+        "auto-conv-implementation",
+        construct(kc.AutoConv2D, 4, 3, implementation="fft"),
         ["implementation='fft'"],
     ),
-    # Losses and the margin scheduler (item 8).
+    # Losses and the margin scheduler.
     ("margin-m-plus-neg", construct(kc.MarginLoss, m_plus=-0.5), ["m_plus=-0.5"]),
     ("margin-m-plus-high", construct(kc.MarginLoss, m_plus=1.5), ["m_plus=1.5"]),
     ("margin-m-plus-str", construct(kc.MarginLoss, m_plus="high"), ["m_plus='high'"]),

@@ -4,14 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_capsules.conv import (
-    conv2d,
-    convolving_layers,
-    resolve_implementation,
-    set_xla,
-    xla_hinted_layers,
-    ynn_convolutions_off,
-)
+from keras_capsules.conv import conv2d, resolve_implementation, ynn_convolutions_off
 from keras_capsules.layers import PrimaryCapsule
 from tests.test_case import BACKEND, gradients, to_numpy
 
@@ -105,43 +98,6 @@ def test_jax_stride_1_rule_follows_the_ynn_flag(monkeypatch, flags, off):
     assert resolve_implementation("auto", (2, 2), xla=True) != "conv"
 
 
-def test_set_xla_reaches_nested_layers():
-    from keras_capsules.models import CapsNet, EfficientCapsNet, MatrixCapsNet
-
-    capsnet = CapsNet(
-        (24, 24, 1),
-        3,
-        conv_filters=4,
-        primary_capsules=2,
-        primary_dim=4,
-        capsule_dim=4,
-        decoder_units=(8,),
-    )
-    efficient = EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,))
-    matrix = MatrixCapsNet(
-        conv_filters=2, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1
-    )
-    hinted = {
-        capsnet: [capsnet.features.get_layer("primary")],
-        efficient: [efficient.features.get_layer(f"conv{i}") for i in (1, 2, 3, 4)],
-        matrix: [matrix.network.get_layer("conv"), matrix.network.get_layer("primary_capsules")],
-    }
-    for model, layers in hinted.items():
-        assert all(layer.xla is None for layer in layers)
-        for xla in (True, False, None):
-            set_xla(model, xla)
-            assert [layer.xla for layer in layers] == [xla] * len(layers)
-    # Only this library's convolving layers: not the models, not a decoder's
-    # Dense, not Keras's own layers that have an `implementation`.
-    assert not hasattr(matrix, "xla")
-    assert not hasattr(capsnet.decoder.layers[0], "xla")
-    cell = keras.layers.LSTMCell(2)
-    set_xla(keras.Sequential([keras.layers.RNN(cell)]), True)
-    assert not hasattr(cell, "xla")
-    # A runtime hint: not in the config.
-    assert "xla" not in matrix.network.get_layer("conv").get_config()
-
-
 @pytest.mark.parametrize(
     "kernel, stride, padding",
     [
@@ -164,16 +120,3 @@ def test_conv2d_transpose_subpixel_matches_native(kernel, stride, padding, imple
     expected = keras.ops.conv_transpose(x, k, strides=stride, padding=padding)
     actual = conv2d_transpose(x, k, (stride, stride), padding, implementation)
     np.testing.assert_allclose(to_numpy(actual), to_numpy(expected), rtol=1e-5, atol=1e-5)
-
-
-def test_routers_get_the_xla_hint_but_no_implementation():
-    from keras_capsules.models import EfficientCapsNet
-    from keras_capsules.routing import SelfAttentionRouting
-
-    model = EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,))
-    # The routers take the hint (their backward's form), not an implementation.
-    [router] = [r for r in xla_hinted_layers(model) if isinstance(r, SelfAttentionRouting)]
-    assert router not in convolving_layers(model)
-    assert all(hasattr(layer, "implementation") for layer in convolving_layers(model))
-    set_xla(model, True)
-    assert router.xla is True

@@ -85,9 +85,15 @@ MODELS = {
     ),
     "EfficientCapsNet": lambda: kc.EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,)),
     "MatrixCapsNet": lambda: kc.MatrixCapsNet(
-        conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1
+        conv_filters=4,
+        primary_capsules=2,
+        conv_capsules1=2,
+        conv_capsules2=2,
+        router={"class_name": "em", "config": {"iterations": 1}},
     ),
-    "SegCaps": lambda: kc.SegCaps((16, 16, 1), iterations=1),
+    "SegCaps": lambda: kc.SegCaps(
+        (16, 16, 1), router={"class_name": "dynamic", "config": {"iterations": 1}}
+    ),
     "routers": lambda: routers_model(TOGETHER),
     **{f"router-{name}": (lambda name=name: routers_model([name])) for name in ALONE},
 }

@@ -30,7 +30,7 @@ from keras_capsules.layers import (
     Mask,
     PrimaryCapsule,
     PrimaryMatrixCapsule,
-    StridedConv2D,
+    AutoConv2D,
 )
 from keras_capsules.routing import (
     DynamicRouting,
@@ -102,7 +102,7 @@ def grid_layers():
     matrices, matrix_activations = keras.Input((3, 3, 2, 16)), keras.Input((3, 3, 2))
     outputs = [
         PrimaryCapsule(2, 4, 3, strides=2)(images),
-        StridedConv2D(4, 3, strides=2)(images),
+        AutoConv2D(4, 3, strides=2)(images),
         *PrimaryMatrixCapsule(2, 3)(images),
         ConvCapsule2D(2, 4, 3)(grid),
         *ConvCapsule2D(2, 4, 3, router=EMRouting(iterations=2), return_activations=True)(
@@ -141,7 +141,11 @@ def efficient_capsnet():
 
 def matrix_capsnet():
     model = kc.MatrixCapsNet(
-        conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1
+        conv_filters=4,
+        primary_capsules=2,
+        conv_capsules1=2,
+        conv_capsules2=2,
+        router={"class_name": "em", "config": {"iterations": 1}},
     )
     return model, [_uniform(32, 32, 2)]
 

@@ -93,7 +93,7 @@ def test_matrix_capsules_start_with_every_em_layer_near_its_midpoint():
         primary_capsules=4,
         conv_capsules1=4,
         conv_capsules2=4,
-        iterations=2,
+        router={"class_name": "em", "config": {"iterations": 2}},
     )
     images = np.random.default_rng(0).normal(size=(4, 20, 20, 2)).astype("float32")
     net = model.network

@@ -88,7 +88,11 @@ def test_ready_models_refuse_ids_out_of_range_in_fit_and_evaluate():
 
 def test_matrix_capsnet_refuses_ids_out_of_range():
     model = kc.MatrixCapsNet(
-        conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1
+        conv_filters=4,
+        primary_capsules=2,
+        conv_capsules1=2,
+        conv_capsules2=2,
+        router={"class_name": "em", "config": {"iterations": 1}},
     )
     with pytest.raises(ValueError, match=r"class ids in \[0, 5\)"):
         model.fit(np.zeros((2, 32, 32, 2), "float32"), np.array([0, 5]), verbose=0)

@@ -1,12 +1,15 @@
 """The weights Mazzia et al. released for Efficient-CapsNet (EscVM/Efficient-CapsNet),
 mapped into `keras_capsules.models.EfficientCapsNet(architecture="smallnorb")`.
 
-NumPy only: this module checks the authors' names and shapes and changes the
-layouts; `EfficientCapsNet.load_authors_weights` reads the file and sets the
-variables.
+`smallnorb_weights` checks the authors' names and shapes and changes the
+layouts (NumPy only); `load_into` reads their file and sets a model's
+variables (`EfficientCapsNet.load_authors_weights` calls it). The model is
+reached through its public layers only: this module imports no model.
 """
 
 import numpy as np
+
+from keras_capsules.convert.keras_h5 import read_weights
 
 SOURCE = "EscVM/Efficient-CapsNet, bin/efficient_capsnet_SMALLNORB.h5 at commit 4b337f5"
 
@@ -126,3 +129,75 @@ def smallnorb_weights(weights):
             )
         ours[our_key] = np.ascontiguousarray(_to_ours(our_key, array), dtype="float32")
     return ours
+
+
+def model_variables(model):
+    """The variables of an `EfficientCapsNet(architecture="smallnorb")` by
+    the names `smallnorb_weights` returns (`"features/conv1/kernel"`, ...):
+    the encoder's, the router's priors if it has them, and the decoder's if
+    the model has one."""
+    variables = {}
+    for i in range(1, 5):
+        conv = model.features.get_layer(f"conv{i}")
+        norm = model.features.get_layer(f"norm{i}")
+        variables[f"features/conv{i}/kernel"] = conv.kernel
+        variables[f"features/conv{i}/bias"] = conv.bias
+        variables[f"features/norm{i}/gamma"] = norm.gamma
+        variables[f"features/norm{i}/beta"] = norm.beta
+    primary = model.features.get_layer("primary")
+    variables["features/primary/kernel"] = primary.kernel
+    variables["features/primary/bias"] = primary.bias
+    variables["digit_capsules/kernel"] = model.digit_capsules.kernel
+    router = model.digit_capsules.router
+    if getattr(router, "use_priors", False):
+        variables["digit_capsules/router/priors"] = router.priors
+    if model.reconstruction:
+        variables["decoder/dense/kernel"] = model.decoder.get_layer("dense").kernel
+        variables["decoder/dense/bias"] = model.decoder.get_layer("dense").bias
+        for i in range(1, 5):
+            conv = model.decoder.get_layer(f"conv{i}")
+            variables[f"decoder/conv{i}/kernel"] = conv.kernel
+            variables[f"decoder/conv{i}/bias"] = conv.bias
+    return variables
+
+
+def load_into(model, path):
+    """Sets every weight of `model`, an `EfficientCapsNet(architecture=
+    "smallnorb")` with its defaults, from the authors' released file.
+
+    Every name and shape is checked before any weight is set: the
+    generator's weights are skipped when the model has no decoder.
+
+    Args:
+        model: the model.
+        path: `bin/efficient_capsnet_SMALLNORB.h5` of EscVM/Efficient-CapsNet
+            (commit 4b337f5), read with `keras_h5.read_weights`.
+
+    Raises:
+        ValueError: a key missing from the file or unexpected, a weight the
+            model lacks (a router without priors), or a shape that is not
+            the model's.
+    """
+    weights = smallnorb_weights(read_weights(path))
+    theirs = {ours: key for key, _, ours in SMALLNORB_LAYOUT}
+    variables = model_variables(model)
+    updates = []
+    for key, value in weights.items():
+        if key.startswith("decoder/") and not model.reconstruction:
+            continue
+        variable = variables.get(key)
+        if variable is None:
+            raise ValueError(
+                f"The model has no weight {key!r} for the authors' {theirs[key]!r} of "
+                f"shape {value.shape} (is its router SelfAttentionRouting(use_priors=True)?)"
+            )
+        if tuple(variable.shape) != value.shape:
+            raise ValueError(
+                f"The authors' {theirs[key]!r}, for {key!r}, has shape {value.shape} "
+                f"(in our layout); the model's has shape {tuple(variable.shape)} (the "
+                "authors' model takes 48x48x2 images and 5 classes). Received: "
+                f"input_shape={model.image_shape}, num_classes={model.num_classes}"
+            )
+        updates.append((variable, value))
+    for variable, value in updates:
+        variable.assign(value.astype(variable.dtype))

@@ -4,8 +4,9 @@ The official `SmallNORBClassifier` (github.com/glassroom/heinsen_routing,
 `models.py` at commit cd3420d) names its weights after its
 `nn.Sequential` indices. `heinsen_weights` checks every name and shape of
 such a state dict and returns the arrays in this library's layout, keyed
-`"<layer name>/<weight name>"` of `HeinsenCapsNet`, whose
-`load_authors_weights` sets them.
+`"<layer name>/<weight name>"` of `HeinsenCapsNet`; `load_into` sets them
+(`HeinsenCapsNet.load_authors_weights` calls it). The model is reached
+through its public layers only: this module imports no model.
 """
 
 import numpy as np
@@ -138,3 +139,38 @@ def heinsen_weights(state_dict, num_classes=5, parts=64, channels=64, image_chan
             )
         weights[name] = np.ascontiguousarray(transform(array), dtype=np.float32)
     return weights
+
+
+def load_into(model, state_dict):
+    """Sets every weight of `model`, a `HeinsenCapsNet`, from the author's
+    state dict of its sizes (`heinsen_weights` checks every key and shape
+    first).
+
+    Args:
+        model: the model.
+        state_dict: `{name: numpy array}`, as `torch_zip.read_state_dict`
+            reads the author's `.pt` file.
+
+    Returns:
+        the model.
+    """
+    weights = heinsen_weights(
+        state_dict,
+        num_classes=model.num_classes,
+        parts=model.parts,
+        channels=model.channels,
+        image_channels=model.image_shape[-1],
+    )
+    variables = {
+        f"{layer.name}/{variable.name}": variable
+        for layer in model.network.layers
+        for variable in layer.weights
+    }
+    if set(weights) != set(variables):  # a change of the model, not of the file
+        raise ValueError(
+            f"The author's weights {sorted(set(weights) - set(variables))} have no "
+            f"variable here, and {sorted(set(variables) - set(weights))} no value."
+        )
+    for name, array in weights.items():
+        variables[name].assign(array)
+    return model

@@ -1,6 +1,8 @@
-"""Capsule layers, and the convolution the ready models use."""
+"""Capsule layers: primary capsules, routed capsule layers on one base
+(`RoutedCapsule`), and the small layers around them."""
 
-from keras_capsules.layers.auto_conv2d import AutoConv2D, StridedConv2D
+from keras_capsules.layers.auto_conv2d import AutoConv2D
+from keras_capsules.layers.base_routed_capsule import RoutedCapsule
 from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.capsule_attention import CapsuleAttention
 from keras_capsules.layers.capsule_pruning import CapsulePruning

@@ -1,14 +1,15 @@
 """`AutoConv2D`: a Keras `Conv2D` that computes its convolution the fastest
-way for the backend (and `StridedConv2D`, its old name)."""
+way for the backend."""
 
 import keras
 
 from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation
 from keras_capsules.validation import one_of
+from keras_capsules.xla_hint import XlaHinted
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class AutoConv2D(keras.layers.Conv2D):
+class AutoConv2D(XlaHinted, keras.layers.Conv2D):
     """`keras.layers.Conv2D` with a choice of how the convolution is computed.
 
     Any strides, stride 1 included. Same arguments, weights and outputs as
@@ -38,7 +39,8 @@ class AutoConv2D(keras.layers.Conv2D):
     Args:
         filters, kernel_size, strides: as for `keras.layers.Conv2D`.
         implementation: `"conv"`, `"matmul"`, `"hybrid"`,
-            `"space_to_depth"` or `"auto"`.
+            `"space_to_depth"` or `"auto"`; a speed option, not saved in
+            the config (a saved layer loads with `"auto"`).
         **kwargs: the other arguments of `keras.layers.Conv2D` (`padding`,
             `activation`, `kernel_initializer`, `kernel_regularizer`,
             `kernel_constraint`, the `bias_*` ones, ...).
@@ -46,7 +48,7 @@ class AutoConv2D(keras.layers.Conv2D):
     Attributes:
         xla: whether XLA compiles the layer, the hint `"auto"` reads:
             `None` (unknown, the default), `True` or `False`. Set by the
-            ready models' `compile` (`keras_capsules.conv.set_xla`) or by
+            ready models' `compile` (`keras_capsules.models.set_xla`) or by
             you; a runtime setting, not saved in the config.
 
     Call arguments:
@@ -79,7 +81,6 @@ class AutoConv2D(keras.layers.Conv2D):
     def __init__(self, filters, kernel_size, strides=(1, 1), implementation="auto", **kwargs):
         super().__init__(filters, kernel_size, strides=strides, **kwargs)
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
-        self.xla = None
         if self.implementation not in ("auto", "conv") and not self._matmul_supported():
             raise ValueError(
                 f"{self.__class__.__name__}(implementation={self.implementation!r}) "
@@ -104,34 +105,3 @@ class AutoConv2D(keras.layers.Conv2D):
         if implementation == "conv":
             return super().convolution_op(inputs, kernel)
         return conv2d(inputs, kernel, self.strides, self.padding, implementation)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(implementation=self.implementation)
-        return config
-
-
-@keras.saving.register_keras_serializable(package="keras_capsules")
-class StridedConv2D(AutoConv2D):
-    """The old name of `AutoConv2D` (it serves stride-1 convolutions too).
-
-    The same layer: `keras_capsules>StridedConv2D` in `.keras` files
-    written by version 0.1 loads as this class, whose weights keep the
-    paths they were saved under (Keras names a model's layer weights after
-    their class). `MatrixCapsNet` and `EfficientCapsNet` build their
-    convolutions with it for that reason. New code uses `AutoConv2D`.
-
-    Args:
-        *args, **kwargs: as for `AutoConv2D`.
-
-    Call arguments:
-        inputs: as for `AutoConv2D`.
-
-    Returns:
-        as `AutoConv2D`.
-
-    Example:
-
-    >>> issubclass(keras_capsules.layers.StridedConv2D, keras_capsules.layers.AutoConv2D)
-    True
-    """

@@ -4,21 +4,14 @@ import keras
 from keras import ops
 
 from keras_capsules.initializers import householder_initializer, transform_initializer
-from keras_capsules.layers._common import split_capsule_inputs
+from keras_capsules.layers.base_routed_capsule import RoutedCapsule, split_capsule_inputs
 from keras_capsules.ops import compute_dtype_for, householder_orthogonal
 from keras_capsules.routing.base import check_activations_shape
-from keras_capsules.routing.dynamic import DynamicRouting
-from keras_capsules.routing.layer_router import (
-    build_router,
-    call_router,
-    get_router,
-    serialize_router,
-)
 from keras_capsules.validation import positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class Capsule(keras.layers.Layer):
+class Capsule(RoutedCapsule):
     """A layer of capsules fed by every capsule of the layer below.
 
     Each child `i` predicts each parent `j` with its own transform; a router
@@ -77,11 +70,11 @@ class Capsule(keras.layers.Layer):
             `keras_capsules.routing.get`): `"dynamic"`, `"em"`, ...; default
             `DynamicRouting()` (3 iterations, as in the paper).
         share_weights: bool, one transform per parent shared by all children.
+        orthogonal: bool, parametrise each transform as an orthogonal block.
+        return_activations: bool, also return the parent activations.
         kernel_initializer: initializer of `W` (of the Householder vectors
             with `orthogonal=True`); `None`, the default, derives it from
             the router (see "Initialisation").
-        return_activations: bool, also return the parent activations.
-        orthogonal: bool, parametrise each transform as an orthogonal block.
         kernel_regularizer: regularizer of `W` (of the Householder vectors
             with `orthogonal=True`), or `None`.
         kernel_constraint: constraint on `W` (on the Householder vectors
@@ -118,23 +111,21 @@ class Capsule(keras.layers.Layer):
         capsule_dim,
         router=None,
         share_weights=False,
-        kernel_initializer=None,
-        return_activations=False,
         orthogonal=False,
+        return_activations=False,
+        kernel_initializer=None,
         kernel_regularizer=None,
         kernel_constraint=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        super().__init__(num_capsules, router, **kwargs)
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.router = get_router(router, DynamicRouting, self.dtype_policy)
         self.share_weights = bool(share_weights)
+        self.orthogonal = bool(orthogonal)
+        self.return_activations = bool(return_activations)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.return_activations = bool(return_activations)
-        self.orthogonal = bool(orthogonal)
 
     def build(self, input_shape):
         poses_shape, activations_shape = split_capsule_inputs(input_shape)
@@ -172,15 +163,13 @@ class Capsule(keras.layers.Layer):
                 regularizer=self.kernel_regularizer,
                 constraint=self.kernel_constraint,
             )
-        build_router(
-            self.router, (batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape
-        )
+        self.build_router((batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape)
 
     def call(self, inputs):
         poses, activations = split_capsule_inputs(inputs)
         if activations is not None:  # a built layer may get other activations
             check_activations_shape("Capsule", "poses", poses.shape, activations.shape)
-        poses, activations = call_router(self, self.votes(poses), activations, length_coded=True)
+        poses, activations = self.route(self.votes(poses), activations)
         return (poses, activations) if self.return_activations else poses
 
     def votes(self, poses):
@@ -210,12 +199,10 @@ class Capsule(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            num_capsules=self.num_capsules,
             capsule_dim=self.capsule_dim,
-            router=serialize_router(self.router),
             share_weights=self.share_weights,
-            return_activations=self.return_activations,
             orthogonal=self.orthogonal,
+            return_activations=self.return_activations,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
             kernel_constraint=keras.constraints.serialize(self.kernel_constraint),

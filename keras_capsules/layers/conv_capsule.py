@@ -6,17 +6,14 @@ import keras
 from keras import ops
 
 from keras_capsules.initializers import householder_initializer, transform_initializer
-from keras_capsules.layers._common import split_capsule_inputs
+from keras_capsules.layers.base_routed_capsule import split_capsule_inputs
 from keras_capsules.layers.windowed_capsule import WindowedCapsule
 from keras_capsules.ops import compute_dtype_for, householder_orthogonal
-from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.validation import positive_int
 
 
 class ConvCapsule(WindowedCapsule):
     """Shared code of ConvCapsule1D and ConvCapsule2D (see ConvCapsule2D)."""
-
-    _length_coded = True
 
     def __init__(
         self,
@@ -26,9 +23,9 @@ class ConvCapsule(WindowedCapsule):
         strides=1,
         padding="valid",
         router=None,
-        kernel_initializer=None,
-        return_activations=False,
         orthogonal=False,
+        return_activations=False,
+        kernel_initializer=None,
         kernel_regularizer=None,
         kernel_constraint=None,
         **kwargs,
@@ -36,18 +33,17 @@ class ConvCapsule(WindowedCapsule):
         super().__init__(
             num_capsules,
             kernel_size,
-            strides,
-            padding,
-            router,
-            DynamicRouting,
-            kernel_initializer,
-            kernel_regularizer,
-            kernel_constraint,
+            strides=strides,
+            padding=padding,
+            router=router,
+            kernel_initializer=kernel_initializer,
+            kernel_regularizer=kernel_regularizer,
+            kernel_constraint=kernel_constraint,
             **kwargs,
         )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.return_activations = bool(return_activations)
         self.orthogonal = bool(orthogonal)
+        self.return_activations = bool(return_activations)
         # With orthogonal=True the weight holds Householder vectors, whose
         # reflections are computed in float32.
         self._kernel_name = "householder" if self.orthogonal else "kernel"
@@ -104,8 +100,8 @@ class ConvCapsule(WindowedCapsule):
         config = super().get_config()
         config.update(
             capsule_dim=self.capsule_dim,
-            return_activations=self.return_activations,
             orthogonal=self.orthogonal,
+            return_activations=self.return_activations,
         )
         return config
 
@@ -138,16 +134,16 @@ class ConvCapsule2D(ConvCapsule):
         padding: `"valid"` or `"same"`.
         router: a router, or its name or config (`keras_capsules.routing.get`);
             default `DynamicRouting()`.
-        kernel_initializer: initializer of `W` (of the Householder vectors
-            with `orthogonal=True`); `None`, the default, derives it from
-            the router as `Capsule` does, with `kh * kw * types` children
-            per window.
-        return_activations: bool, also return the parent activations.
         orthogonal: bool, parametrise each transform as the top-left block
             of a product of `max(in_dim, capsule_dim)` Householder
             reflections (OrthCaps, as in `Capsule`): rows (or columns)
             exactly orthonormal at every step; the weight is then
             `householder`, kept and read in float32 under mixed precision.
+        return_activations: bool, also return the parent activations.
+        kernel_initializer: initializer of `W` (of the Householder vectors
+            with `orthogonal=True`); `None`, the default, derives it from
+            the router as `Capsule` does, with `kh * kw * types` children
+            per window.
         kernel_regularizer: regularizer of `W` (of the Householder vectors
             with `orthogonal=True`), or `None`.
         kernel_constraint: constraint on `W` (on the Householder vectors
@@ -197,9 +193,9 @@ class ConvCapsule1D(ConvCapsule):
     ```
 
     Args:
-        num_capsules, capsule_dim, router, kernel_initializer,
-        return_activations, orthogonal, kernel_regularizer,
-        kernel_constraint: as for `ConvCapsule2D`.
+        num_capsules, capsule_dim, router, orthogonal, return_activations,
+        kernel_initializer, kernel_regularizer, kernel_constraint: as for
+        `ConvCapsule2D`.
         kernel_size: int, the window length (positions per window).
         strides: int, the window step `s`.
         padding: `"valid"` or `"same"`.

@@ -1,18 +1,18 @@
 """Capsules of matrix poses and scores routed by Heinsen routing (Heinsen, 2019)."""
 
+import inspect
+
 import keras
 from keras import ops
 
-from keras_capsules.layers._common import split_capsule_inputs
+from keras_capsules.layers.base_routed_capsule import RoutedCapsule, split_capsule_inputs
 from keras_capsules.ops import compute_dtype_for
 from keras_capsules.routing.base import check_activations_shape
-from keras_capsules.routing.heinsen import HeinsenRouting
-from keras_capsules.routing.layer_router import build_router
-from keras_capsules.validation import positive_float, positive_int
+from keras_capsules.validation import boolean, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class HeinsenCapsule(keras.layers.Layer):
+class HeinsenCapsule(RoutedCapsule):
     """A layer of Heinsen's capsules: `d_cov x d_out` matrix poses and a
     score (a logit) per capsule, fed by every capsule below.
 
@@ -22,24 +22,31 @@ class HeinsenCapsule(keras.layers.Layer):
 
     ```
     V[b, i, j] = mu_inp[b, i] @ W[i, j] + B[i, j]     # (d_cov, d_out)
-    mu, a_out, sig2 = HeinsenRouting(iterations, epsilon)(V, a_inp)
+    mu, a_out, sig2 = router(V, a_inp)     # HeinsenRouting(iterations=3, epsilon=1e-5)
     ```
 
     `W: (in_caps, num_capsules, d_inp, capsule_dim)` and `B: (in_caps,
     num_capsules, d_cov, capsule_dim)`; with `share_weights=True` one `W`,
-    `B` (and one `beta_use`, `beta_ign` of the router) per parent serve
-    every child, `W: (num_capsules, d_inp, capsule_dim)`, and any number of
-    children is accepted (the author's `n_inp=-1`). `W` starts as
-    `normal(0, 1) / d_inp`, `B` at zeros, as in the official code. Votes
-    are computed in float32 under mixed precision, as the routing.
+    `B` (and, with the default router, one `beta_use`, `beta_ign`) per
+    parent serve every child, `W: (num_capsules, d_inp, capsule_dim)`, and
+    any number of children is accepted (the author's `n_inp=-1`). `W`
+    starts as `normal(0, 1) / d_inp`, `B` at zeros, as in the official
+    code. Votes are computed in float32 under mixed precision, as the
+    routing.
+
+    Scores in and out are logits, so the router must take and give logits
+    (`Router.logit_activations`), as `HeinsenRouting` does; the variances
+    need a router that returns them (`return_variances=True` of
+    `HeinsenRouting`).
 
     Args:
         num_capsules: int, number of parent capsules `n_out`.
         capsule_dim: int, `d_out`, the columns of each parent pose.
-        iterations: routing iterations, `>= 1` (the author: 3).
-        epsilon: the router's `epsilon` (the author's `eps`, 1e-5).
-        share_weights: bool, one `W`, `B`, `beta_use`, `beta_ign` per
-            parent for all children.
+        router: a router with logit activations, or its name or config;
+            default `HeinsenRouting(iterations=3, epsilon=1e-5,
+            share_weights=share_weights)`, the author's.
+        share_weights: bool, one `W`, `B` (and the default router's
+            `beta_use`, `beta_ign`) per parent for all children.
         return_variances: bool, also return the variances `sig2`.
         kernel_initializer: initializer of `W`; `None`: `normal(0, 1 / d_inp)`.
         bias_initializer: initializer of `B`.
@@ -56,7 +63,8 @@ class HeinsenCapsule(keras.layers.Layer):
         `return_variances=True`, the variances of the poses' elements,
         `(batch, num_capsules, d_cov, capsule_dim)`, third.
 
-    Example (the class capsules of Heinsen's smallNORB model):
+    Example (the class capsules of Heinsen's smallNORB model; the router's
+    `beta_use` and `beta_ign` are its own weights):
 
     >>> layer = keras_capsules.layers.HeinsenCapsule(5, 4, return_variances=True)
     >>> poses, scores, variances = layer(
@@ -70,34 +78,43 @@ class HeinsenCapsule(keras.layers.Layer):
     arXiv:1911.00792, 2019.
     """
 
+    length_coded = False  # matrix poses and logit scores
+
     def __init__(
         self,
         num_capsules,
         capsule_dim,
-        iterations=3,
-        epsilon=1e-5,
+        router=None,
         share_weights=False,
         return_variances=False,
         kernel_initializer=None,
         bias_initializer="zeros",
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        share_weights = boolean(share_weights, "share_weights")
+        if router is None:  # the author's routing, sharing what the layer shares
+            router = {"class_name": "heinsen", "config": {"share_weights": share_weights}}
+        super().__init__(num_capsules, router, **kwargs)
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.iterations = positive_int(iterations, "iterations")
-        self.epsilon = positive_float(epsilon, "epsilon")
-        self.share_weights = bool(share_weights)
+        self.share_weights = share_weights
         self.return_variances = bool(return_variances)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.router = HeinsenRouting(
-            iterations=self.iterations,
-            epsilon=self.epsilon,
-            share_weights=self.share_weights,
-            dtype=self.dtype_policy,
-            name="routing",
-        )
+        if not self.router.logit_activations:
+            raise ValueError(
+                "HeinsenCapsule's scores are logits, so its router must take and give "
+                "logits (`logit_activations`), as HeinsenRouting does. Received: "
+                f"router={type(self.router).__name__}"
+            )
+        if (
+            self.return_variances
+            and "return_variances" not in inspect.signature(self.router.call).parameters
+        ):
+            raise ValueError(
+                "`return_variances=True` needs a router that returns variances, as "
+                "HeinsenRouting does. Received: "
+                f"router={type(self.router).__name__}, return_variances=True"
+            )
 
     def build(self, input_shape):
         poses_shape, scores_shape = split_capsule_inputs(input_shape)
@@ -123,7 +140,7 @@ class HeinsenCapsule(keras.layers.Layer):
             name="bias", shape=(*prefix, d_cov, self.capsule_dim), initializer=self.bias_initializer
         )
         votes_shape = (batch, in_caps, self.num_capsules, d_cov * self.capsule_dim)
-        build_router(self.router, votes_shape, None if scores_shape is None else votes_shape[:2])
+        self.build_router(votes_shape, None if scores_shape is None else votes_shape[:2])
 
     def votes(self, poses):
         """The flattened votes `(batch, in_caps, num_capsules, d_cov *
@@ -142,14 +159,11 @@ class HeinsenCapsule(keras.layers.Layer):
         if scores is not None:
             check_activations_shape("HeinsenCapsule", "poses", poses.shape, scores.shape)
         d_cov = poses.shape[2]
-        # `call`, not `__call__`: see `call_router` (the votes are freed sooner on torch).
-        mu, a_out, sig2 = self.router.call(self.votes(poses), scores, return_variances=True)
+        variances = {"return_variances": True} if self.return_variances else {}
+        outputs = self.route(self.votes(poses), scores, **variances)
         shape = (-1, self.num_capsules, d_cov, self.capsule_dim)
-        mu = ops.cast(ops.reshape(mu, shape), self.compute_dtype)
-        a_out = ops.cast(a_out, self.compute_dtype)
-        if not self.return_variances:
-            return mu, a_out
-        return mu, a_out, ops.cast(ops.reshape(sig2, shape), self.compute_dtype)
+        # The poses (and variances) as matrices; the scores as they are.
+        return tuple(t if k == 1 else ops.reshape(t, shape) for k, t in enumerate(outputs))
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = split_capsule_inputs(input_shape)
@@ -161,10 +175,7 @@ class HeinsenCapsule(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            num_capsules=self.num_capsules,
             capsule_dim=self.capsule_dim,
-            iterations=self.iterations,
-            epsilon=self.epsilon,
             share_weights=self.share_weights,
             return_variances=self.return_variances,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.labels import one_hot
-from keras_capsules.layers._common import split_capsule_inputs
+from keras_capsules.layers.base_routed_capsule import split_capsule_inputs
 from keras_capsules.ops import safe_norm
 
 

@@ -11,18 +11,38 @@ from keras_capsules.initializers import (
     MATRIX_ROW_LENGTH,
     transform_initializer,
 )
-from keras_capsules.layers._common import POSE_SIZE, check_matrix_inputs
+from keras_capsules.layers.base_routed_capsule import RoutedCapsule
 from keras_capsules.layers.primary_convolution import PrimaryConvolution
 from keras_capsules.layers.windowed_capsule import WindowedCapsule
 from keras_capsules.ops import compute_dtype_for
-from keras_capsules.routing.em import EMRouting
-from keras_capsules.routing.layer_router import (
-    build_router,
-    call_router,
-    get_router,
-    serialize_router,
-)
-from keras_capsules.validation import int_tuple, positive_int, renamed_config
+
+POSE_SIZE = 16  # a 4x4 pose matrix, stored row-major
+
+
+def check_matrix_inputs(layer_name, input_shape):
+    """`[poses (batch, H, W, types, 16), activations (batch, H, W, types)]`
+    -> the two shapes, as tuples; raises a `ValueError` naming the layer
+    for any other inputs."""
+    if not (
+        isinstance(input_shape, (list, tuple))
+        and len(input_shape) == 2
+        and isinstance(input_shape[0], (list, tuple))
+    ):
+        raise ValueError(
+            f"{layer_name} expects [poses, activations]. Received: input_shape={input_shape}"
+        )
+    poses_shape, activations_shape = (tuple(s) for s in input_shape)
+    if len(poses_shape) != 5 or poses_shape[-1] != POSE_SIZE:
+        raise ValueError(
+            f"{layer_name} expects poses of shape (batch, H, W, types, 16) "
+            f"(4x4 pose matrices). Received: poses.shape={poses_shape}"
+        )
+    if activations_shape[1:] != poses_shape[1:-1]:
+        raise ValueError(
+            f"{layer_name} expects activations of shape {(None, *poses_shape[1:-1])}. "
+            f"Received: activations.shape={activations_shape}"
+        )
+    return poses_shape, activations_shape
 
 
 def _primary_matrix_initializers():
@@ -96,9 +116,10 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
         num_capsules: int, capsule types `n` per position (32 in the paper).
         kernel_size, strides: int or pair (1 and 1 in the paper).
         padding: `"valid"` or `"same"`.
-        pose_shape: the pose matrix shape: `(4, 4)`, the only one the
-            matrix layers take (any other is a `ValueError`); kept so that
-            configs that name it load.
+        implementation: how the convolution is computed: `"conv"`,
+            `"matmul"`, `"hybrid"`, `"space_to_depth"` or `"auto"` (the
+            same numbers; see `keras_capsules.conv.resolve_implementation`); a speed option, not
+            saved in the config.
         kernel_initializer, bias_initializer: initializers of both
             convolutions' kernels (`W_pose`, `W_act`) and biases (`b_pose`,
             `b_act`); `None`, the default: poses start with elements of
@@ -106,9 +127,6 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
             of variance `0.04 / fan_in`, pose bias of standard deviation
             0.2), and a `glorot_uniform` activation kernel with zero bias
             (activations near 0.5); see `keras_capsules.initializers`.
-        implementation: how the convolution is computed: `"conv"`,
-            `"matmul"`, `"hybrid"`, `"space_to_depth"` or `"auto"` (the
-            same numbers; see `keras_capsules.conv.resolve_implementation`).
         kernel_regularizer, bias_regularizer: regularizers of both kernels
             and of both biases, or `None`.
         kernel_constraint, bias_constraint: constraints on both kernels and
@@ -142,10 +160,9 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
         kernel_size=1,
         strides=1,
         padding="valid",
-        pose_shape=(4, 4),
+        implementation="auto",
         kernel_initializer=None,
         bias_initializer=None,
-        implementation="auto",
         kernel_regularizer=None,
         bias_regularizer=None,
         kernel_constraint=None,
@@ -155,29 +172,21 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
         super().__init__(
             num_capsules,
             kernel_size,
-            strides,
-            padding,
-            kernel_initializer,
-            bias_initializer,
-            implementation,
-            kernel_regularizer,
-            bias_regularizer,
-            kernel_constraint,
-            bias_constraint,
+            strides=strides,
+            padding=padding,
+            implementation=implementation,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
             **kwargs,
         )
-        self.pose_shape = int_tuple(pose_shape, 2, "pose_shape")
-        if self.pose_shape != (4, 4):
-            # `ConvMatrixCapsule`, `ClassMatrixCapsule` and EM routing's
-            # votes multiply 4x4 matrices.
-            raise ValueError(
-                "`pose_shape` must be (4, 4): the matrix capsule layers take 4x4 "
-                f"pose matrices. Received: pose_shape={pose_shape!r}"
-            )
 
     def build(self, input_shape):
         self._check_images(input_shape)
-        pose_filters = self.num_capsules * math.prod(self.pose_shape)
+        pose_filters = self.num_capsules * POSE_SIZE
         defaults = _primary_matrix_initializers()
         for name, filters in (("pose", pose_filters), ("activation", self.num_capsules)):
             kernel_default, bias_default = defaults[name]
@@ -208,20 +217,15 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
         kernel = ops.concatenate([self.pose_kernel, self.activation_kernel], axis=-1)
         bias = ops.concatenate([self.pose_bias, self.activation_bias], axis=-1)
         y = self._conv(inputs, kernel, bias)
-        pose_filters = self.num_capsules * math.prod(self.pose_shape)
+        pose_filters = self.num_capsules * POSE_SIZE
         grid = (-1, *y.shape[1:3], self.num_capsules)
-        poses = ops.reshape(y[..., :pose_filters], (*grid, math.prod(self.pose_shape)))
+        poses = ops.reshape(y[..., :pose_filters], (*grid, POSE_SIZE))
         activations = ops.sigmoid(y[..., pose_filters:])
         return [poses, activations]
 
     def compute_output_shape(self, input_shape):
         grid = (input_shape[0], *self._output_grid(input_shape), self.num_capsules)
-        return [(*grid, math.prod(self.pose_shape)), grid]
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(pose_shape=self.pose_shape)
-        return config
+        return [(*grid, POSE_SIZE), grid]
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -278,6 +282,8 @@ class ConvMatrixCapsule(WindowedCapsule):
     """
 
     rank = 2
+    default_router = "em"
+    length_coded = False  # 4x4 pose matrices and their own activations
 
     def __init__(
         self,
@@ -294,13 +300,12 @@ class ConvMatrixCapsule(WindowedCapsule):
         super().__init__(
             num_capsules,
             kernel_size,
-            strides,
-            padding,
-            router,
-            EMRouting,
-            kernel_initializer,
-            kernel_regularizer,
-            kernel_constraint,
+            strides=strides,
+            padding=padding,
+            router=router,
+            kernel_initializer=kernel_initializer,
+            kernel_regularizer=kernel_regularizer,
+            kernel_constraint=kernel_constraint,
             **kwargs,
         )
 
@@ -333,7 +338,7 @@ class ConvMatrixCapsule(WindowedCapsule):
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class ClassMatrixCapsule(keras.layers.Layer):
+class ClassMatrixCapsule(RoutedCapsule):
     """Class capsules: every child of the grid votes for every class.
 
     One 4x4 transform per (child type, class), shared over positions. With
@@ -381,8 +386,11 @@ class ClassMatrixCapsule(keras.layers.Layer):
     Reference: Hinton, Sabour & Frosst, "Matrix capsules with EM routing",
     ICLR 2018 (coordinate addition, section 2.1: the paper adds the scaled
     coordinates to the first two elements of the vote's right-hand column;
-    the centre `(row + 0.5) / H` follows this library's issue 3).
+    this layer takes each position's centre, `(row + 0.5) / H`).
     """
+
+    default_router = "em"
+    length_coded = False  # 4x4 pose matrices and their own activations
 
     def __init__(
         self,
@@ -394,9 +402,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
         kernel_constraint=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.num_capsules = positive_int(num_capsules, "num_capsules")
-        self.router = get_router(router, EMRouting, self.dtype_policy)
+        super().__init__(num_capsules, router, **kwargs)
         self.coordinate_addition = bool(coordinate_addition)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -419,8 +425,7 @@ class ClassMatrixCapsule(keras.layers.Layer):
             regularizer=self.kernel_regularizer,
             constraint=self.kernel_constraint,
         )
-        # See WindowedCapsule.build.
-        build_router(self.router, (None, in_caps, self.num_capsules, POSE_SIZE), (None, in_caps))
+        self.build_router((None, in_caps, self.num_capsules, POSE_SIZE), (None, in_caps))
 
     def call(self, inputs):
         poses, activations = inputs
@@ -437,23 +442,16 @@ class ClassMatrixCapsule(keras.layers.Layer):
             )
         votes = ops.reshape(votes, (-1, height * width * types, self.num_capsules, POSE_SIZE))
         activations = ops.reshape(activations, (-1, height * width * types))
-        return list(call_router(self, votes, activations))
+        return list(self.route(votes, activations))
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = check_matrix_inputs(self.__class__.__name__, input_shape)
         batch = poses_shape[0]
         return [(batch, self.num_capsules, POSE_SIZE), (batch, self.num_capsules)]
 
-    @classmethod
-    def from_config(cls, config):
-        # Configs written before `num_classes` became `num_capsules` (0.1).
-        return super().from_config(renamed_config(config, {"num_classes": "num_capsules"}))
-
     def get_config(self):
         config = super().get_config()
         config.update(
-            num_capsules=self.num_capsules,
-            router=serialize_router(self.router),
             coordinate_addition=self.coordinate_addition,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),

@@ -43,6 +43,10 @@ class PrimaryCapsule(PrimaryConvolution):
         strides: int or pair.
         padding: `"valid"` or `"same"`.
         squash: bool, apply `keras_capsules.ops.squash` to the capsules.
+        implementation: how the convolution is computed: `"conv"`,
+            `"matmul"`, `"hybrid"`, `"space_to_depth"` or `"auto"` (the
+            same numbers; see `keras_capsules.conv.resolve_implementation`); a speed option, not
+            saved in the config.
         kernel_initializer, bias_initializer: initializers of the
             convolution's kernel and bias; `None` (the default): variance
             `1 / (capsule_dim * fan_in)` for the kernel and a normal bias of
@@ -50,9 +54,6 @@ class PrimaryCapsule(PrimaryConvolution):
             start at length ~0.5 after the squash whatever the scale of the
             inputs (see "Initialisation" below and
             `keras_capsules.initializers`).
-        implementation: how the convolution is computed: `"conv"`,
-            `"matmul"`, `"hybrid"`, `"space_to_depth"` or `"auto"` (the
-            same numbers; see `keras_capsules.conv.resolve_implementation`).
         kernel_regularizer, bias_regularizer: regularizers of the kernel
             and bias, or `None`.
         kernel_constraint, bias_constraint: constraints on the kernel and
@@ -60,8 +61,7 @@ class PrimaryCapsule(PrimaryConvolution):
         **kwargs: base layer arguments (`name`, `dtype`, ...).
 
     Attributes:
-        xla: the hint `implementation="auto"` reads (see
-            `keras_capsules.layers.PrimaryConvolution`).
+        xla: the hint `implementation="auto"` reads (`keras_capsules.xla_hint`).
 
     Call arguments:
         inputs: images `x` of shape `(batch, height, width, channels)`.
@@ -88,9 +88,9 @@ class PrimaryCapsule(PrimaryConvolution):
         strides=1,
         padding="valid",
         squash=True,
+        implementation="auto",
         kernel_initializer=None,
         bias_initializer=None,
-        implementation="auto",
         kernel_regularizer=None,
         bias_regularizer=None,
         kernel_constraint=None,
@@ -100,15 +100,15 @@ class PrimaryCapsule(PrimaryConvolution):
         super().__init__(
             num_capsules,
             kernel_size,
-            strides,
-            padding,
-            kernel_initializer,
-            bias_initializer,
-            implementation,
-            kernel_regularizer,
-            bias_regularizer,
-            kernel_constraint,
-            bias_constraint,
+            strides=strides,
+            padding=padding,
+            implementation=implementation,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
             **kwargs,
         )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")

@@ -4,11 +4,11 @@ turn images into capsules with one 2-D convolution."""
 import keras
 
 from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation
-from keras_capsules.layers._common import check_kernel_fits
-from keras_capsules.validation import int_tuple, one_of, positive_int
+from keras_capsules.validation import check_kernel_fits, int_tuple, one_of, positive_int
+from keras_capsules.xla_hint import XlaHinted
 
 
-class PrimaryConvolution(keras.layers.Layer):
+class PrimaryConvolution(XlaHinted, keras.layers.Layer):
     """Base of the primary capsule layers: the arguments, checks and call
     of their one 2-D convolution of `(batch, height, width, channels)`
     images (see `PrimaryCapsule` and `PrimaryMatrixCapsule`).
@@ -17,23 +17,24 @@ class PrimaryConvolution(keras.layers.Layer):
         xla: whether XLA compiles the layer, the hint that
             `implementation="auto"` reads: `None` (unknown, the default),
             `True` or `False`. Set by the ready models' `compile`
-            (`keras_capsules.conv.set_xla`) or by you; a runtime setting,
-            not saved in the config.
+            (`keras_capsules.models.set_xla`) or by you; a runtime setting,
+            not saved in the config (nor is `implementation`: it changes
+            speed only).
     """
 
     def __init__(
         self,
         num_capsules,
         kernel_size,
-        strides,
-        padding,
-        kernel_initializer,
-        bias_initializer,
-        implementation,
-        kernel_regularizer,
-        bias_regularizer,
-        kernel_constraint,
-        bias_constraint,
+        strides=1,
+        padding="valid",
+        implementation="auto",
+        kernel_initializer=None,
+        bias_initializer=None,
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -48,7 +49,6 @@ class PrimaryConvolution(keras.layers.Layer):
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
         self.bias_constraint = keras.constraints.get(bias_constraint)
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
-        self.xla = None
         self.input_spec = keras.layers.InputSpec(ndim=4)
 
     def _check_images(self, input_shape):
@@ -84,7 +84,6 @@ class PrimaryConvolution(keras.layers.Layer):
             kernel_size=self.kernel_size,
             strides=self.strides,
             padding=self.padding,
-            implementation=self.implementation,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
             kernel_constraint=keras.constraints.serialize(self.kernel_constraint),

@@ -14,19 +14,13 @@ from keras import ops
 
 from keras_capsules.conv import IMPLEMENTATIONS, conv2d, conv2d_transpose, resolve_implementation
 from keras_capsules.initializers import transform_initializer
-from keras_capsules.layers._common import check_grid
+from keras_capsules.layers.base_routed_capsule import RoutedCapsule
 from keras_capsules.ops import compute_dtype_for
-from keras_capsules.routing.dynamic import DynamicRouting
-from keras_capsules.routing.layer_router import (
-    build_router,
-    call_router,
-    get_router,
-    serialize_router,
-)
-from keras_capsules.validation import int_tuple, one_of, positive_int
+from keras_capsules.validation import check_grid, int_tuple, one_of, positive_int
+from keras_capsules.xla_hint import XlaHinted
 
 
-class LocalCapsuleBase(keras.layers.Layer):
+class LocalCapsuleBase(XlaHinted, RoutedCapsule):
     """Shared code of `LocalCapsule2D` and `LocalDeconvCapsule2D` (see them).
 
     Subclasses set `_kernel_layout` and implement `_out_grid(grid)`,
@@ -38,34 +32,31 @@ class LocalCapsuleBase(keras.layers.Layer):
         self,
         num_capsules,
         capsule_dim,
-        kernel_size=5,
-        strides=1,
+        kernel_size,
+        strides,
         padding="same",
         router=None,
+        return_activations=False,
+        implementation="auto",
         use_bias=True,
         kernel_initializer=None,
         bias_initializer="zeros",
         kernel_regularizer=None,
         kernel_constraint=None,
-        return_activations=False,
-        implementation="auto",
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
-        self.xla = None  # see keras_capsules.conv.set_xla
-        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        super().__init__(num_capsules, router, **kwargs)
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.kernel_size = int_tuple(kernel_size, 2, "kernel_size")
         self.strides = int_tuple(strides, 2, "strides")
         self.padding = one_of(padding, ("valid", "same"), "padding")
-        self.router = get_router(router, DynamicRouting, self.dtype_policy)
+        self.return_activations = bool(return_activations)
+        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
         self.use_bias = bool(use_bias)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.return_activations = bool(return_activations)
 
     def _check_poses(self, input_shape):
         shape = tuple(input_shape)
@@ -105,8 +96,7 @@ class LocalCapsuleBase(keras.layers.Layer):
                 shape=(self.num_capsules, self.capsule_dim),
                 initializer=self.bias_initializer,
             )
-        votes_shape = (None, types, self.num_capsules, self.capsule_dim)
-        build_router(self.router, votes_shape, None)
+        self.build_router((None, types, self.num_capsules, self.capsule_dim), None)
 
     def votes(self, poses):
         """Votes `(batch * H' * W', types, num_capsules, capsule_dim)`: each
@@ -129,7 +119,7 @@ class LocalCapsuleBase(keras.layers.Layer):
 
     def call(self, inputs):
         height, width = self._check_poses(inputs.shape)[1:3]
-        parent_poses, activations = call_router(self, self.votes(inputs), None, length_coded=True)
+        parent_poses, activations = self.route(self.votes(inputs), None)
         grid = (-1, *self._out_grid((height, width)), self.num_capsules)
         poses = ops.reshape(parent_poses, (*grid, self.capsule_dim))
         if self.return_activations:
@@ -145,19 +135,16 @@ class LocalCapsuleBase(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            num_capsules=self.num_capsules,
             capsule_dim=self.capsule_dim,
             kernel_size=self.kernel_size,
             strides=self.strides,
             padding=self.padding,
-            router=serialize_router(self.router),
+            return_activations=self.return_activations,
             use_bias=self.use_bias,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
             kernel_constraint=keras.constraints.serialize(self.kernel_constraint),
-            return_activations=self.return_activations,
-            implementation=self.implementation,
         )
         return config
 
@@ -205,15 +192,16 @@ class LocalCapsule2D(LocalCapsuleBase):
         padding: `"same"` (default) or `"valid"`.
         router: a router, or its name or config (`keras_capsules.routing.get`);
             default `DynamicRouting()`.
+        return_activations: bool, also return the parent activations.
+        implementation: how the convolution is computed (`"auto"`, the
+            default, `"conv"`, `"matmul"`, `"hybrid"`, `"space_to_depth"`:
+            `keras_capsules.conv.resolve_implementation`); the same values,
+            a speed option not saved in the config.
         use_bias: bool, add a bias `(num_capsules, capsule_dim)` to the votes.
         kernel_initializer: initializer of `K`; `None` derives it from the
             router (above).
         bias_initializer: initializer of the bias (default zeros).
         kernel_regularizer, kernel_constraint: of `K`, or `None`.
-        return_activations: bool, also return the parent activations.
-        implementation: how the convolution is computed (`"auto"`, the
-            default, `"conv"`, `"matmul"`, `"hybrid"`, `"space_to_depth"`:
-            `keras_capsules.conv.resolve_implementation`); the same values.
         **kwargs: base layer arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -237,7 +225,9 @@ class LocalCapsule2D(LocalCapsuleBase):
     def __init__(
         self, num_capsules, capsule_dim, kernel_size=5, strides=1, padding="same", **kwargs
     ):
-        super().__init__(num_capsules, capsule_dim, kernel_size, strides, padding, **kwargs)
+        super().__init__(
+            num_capsules, capsule_dim, kernel_size, strides=strides, padding=padding, **kwargs
+        )
 
     def _out_grid(self, grid):
         return check_grid(
@@ -273,9 +263,9 @@ class LocalDeconvCapsule2D(LocalCapsuleBase):
     positions that feed one output position.
 
     Args:
-        num_capsules, capsule_dim, router, use_bias, kernel_initializer,
-        bias_initializer, kernel_regularizer, kernel_constraint,
-        return_activations: as for `LocalCapsule2D`.
+        num_capsules, capsule_dim, router, return_activations, use_bias,
+        kernel_initializer, bias_initializer, kernel_regularizer,
+        kernel_constraint: as for `LocalCapsule2D`.
         implementation: `"conv"`, the native transposed convolution, or
             its sub-pixel form (`keras_capsules.conv.conv2d_transpose`)
             computed by `"matmul"`, `"hybrid"` or `"space_to_depth"`;
@@ -306,7 +296,9 @@ class LocalDeconvCapsule2D(LocalCapsuleBase):
     def __init__(
         self, num_capsules, capsule_dim, kernel_size=4, strides=2, padding="same", **kwargs
     ):
-        super().__init__(num_capsules, capsule_dim, kernel_size, strides, padding, **kwargs)
+        super().__init__(
+            num_capsules, capsule_dim, kernel_size, strides=strides, padding=padding, **kwargs
+        )
 
     def _out_grid(self, grid):
         if self.padding == "same":

@@ -7,18 +7,12 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules.layers._common import check_grid, split_capsule_inputs
-from keras_capsules.routing.layer_router import (
-    build_router,
-    call_router,
-    get_router,
-    serialize_router,
-)
-from keras_capsules.validation import int_tuple, one_of, positive_int
+from keras_capsules.layers.base_routed_capsule import RoutedCapsule, split_capsule_inputs
+from keras_capsules.validation import check_grid, int_tuple, one_of
 from keras_capsules.windows import extract_windows
 
 
-class WindowedCapsule(keras.layers.Layer):
+class WindowedCapsule(RoutedCapsule):
     """Base of capsule layers that route inside sliding windows of a grid.
 
     Subclasses set `rank` (number of grid axes) and implement
@@ -31,34 +25,30 @@ class WindowedCapsule(keras.layers.Layer):
     The weight, made from the `kernel_*` arguments, is the attribute (and
     weight) named `_kernel_name`: `kernel`, or `householder` when it holds
     Householder vectors (`ConvCapsule` with `orthogonal=True`), which stay
-    float32 under mixed precision (`_kernel_autocast = False`).
+    float32 under mixed precision (`_kernel_autocast = False`). The router
+    is `RoutedCapsule`'s (`router=`, `default_router`).
     """
 
     rank = 2
     _kernel_name = "kernel"
     _kernel_autocast = True
-    # Vector capsules: a pose's length is its activation (`call_router`).
-    _length_coded = False
 
     def __init__(
         self,
         num_capsules,
         kernel_size,
-        strides,
-        padding,
-        router,
-        default_router,
-        kernel_initializer,
-        kernel_regularizer,
-        kernel_constraint,
+        strides=1,
+        padding="valid",
+        router=None,
+        kernel_initializer=None,
+        kernel_regularizer=None,
+        kernel_constraint=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        super().__init__(num_capsules, router, **kwargs)
         self.kernel_size = int_tuple(kernel_size, self.rank, "kernel_size")
         self.strides = int_tuple(strides, self.rank, "strides")
         self.padding = one_of(padding, ("valid", "same"), "padding")
-        self.router = get_router(router, default_router, self.dtype_policy)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
@@ -130,11 +120,7 @@ class WindowedCapsule(keras.layers.Layer):
             ),
         )
         votes_shape = self._votes_shape(types, self._out_dim(in_dim))
-        # A router restored from a config arrives built (its build config
-        # travels with it); building it twice would add its weights twice.
-        build_router(
-            self.router, votes_shape, None if activations_shape is None else votes_shape[:2]
-        )
+        self.build_router(votes_shape, None if activations_shape is None else votes_shape[:2])
 
     def _route_windows(self, poses, activations):
         """Windowed routing: `(poses, activations)` of the parent grid."""
@@ -146,9 +132,7 @@ class WindowedCapsule(keras.layers.Layer):
         if activations is not None:
             activations = extract_windows(activations, self.kernel_size, self.strides, self.padding)
             activations = ops.reshape(activations, (-1, k * types))
-        parent_poses, parent_activations = call_router(
-            self, votes, activations, length_coded=self._length_coded
-        )
+        parent_poses, parent_activations = self.route(votes, activations)
         grid = (-1, *self._out_grid, self.num_capsules)
         return (
             ops.reshape(parent_poses, (*grid, parent_poses.shape[-1])),
@@ -170,11 +154,9 @@ class WindowedCapsule(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            num_capsules=self.num_capsules,
             kernel_size=self.kernel_size,
             strides=self.strides,
             padding=self.padding,
-            router=serialize_router(self.router),
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
             kernel_constraint=keras.constraints.serialize(self.kernel_constraint),

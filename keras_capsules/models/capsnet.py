@@ -2,10 +2,10 @@
 
 import keras
 
+from keras_capsules import routing
 from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
-from keras_capsules.models.base import CapsuleClassifier
-from keras_capsules.routing.layer_router import serialize_router
+from keras_capsules.models.capsule_classifier import CapsuleClassifier
 from keras_capsules.validation import positive_int
 
 # Sabour et al.'s code: see "Initialisation" in the CapsNet docstring.
@@ -102,10 +102,10 @@ class CapsNet(CapsuleClassifier):
         super().__init__(
             input_shape,
             num_classes,
-            reconstruction,
-            reconstruction_weight,
-            decoder_units,
-            decoder_activation,
+            reconstruction=reconstruction,
+            reconstruction_weight=reconstruction_weight,
+            decoder_units=decoder_units,
+            decoder_activation=decoder_activation,
             **kwargs,
         )
         self.conv_filters = positive_int(conv_filters, "conv_filters")
@@ -148,7 +148,7 @@ class CapsNet(CapsuleClassifier):
     def get_config(self):
         config = super().get_config()
         config.update(
-            router=serialize_router(self.digit_capsules.router),
+            router=routing.serialize(self.digit_capsules.router),
             conv_filters=self.conv_filters,
             primary_capsules=self.primary_capsules,
             primary_dim=self.primary_dim,

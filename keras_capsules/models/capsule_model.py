@@ -7,14 +7,17 @@ from keras import ops
 
 from keras_capsules.labels import check_class_ids, class_targets
 from keras_capsules.metrics import LabelSetAccuracy
-from keras_capsules.models._compile import xla_compile_kwargs
+from keras_capsules.models import presets
+from keras_capsules.models.xla import xla_compile_kwargs
 from keras_capsules.validation import int_tuple, positive_int
 
 
 class CapsuleModel(keras.Model):
-    """Base of the ready models: images in, one score per class out.
+    """Base of the ready models (the task contract): images in, scores out.
 
-    The contract its subclasses keep (`CapsuleClassifier`, `MatrixCapsNet`):
+    The contract its subclasses keep (the task bases `CapsuleClassifier`
+    and `CapsuleSegmenter`, and the ready models `MatrixCapsNet`,
+    `HeinsenCapsNet`):
 
     - `model(images)`, `predict` and `export` give the class scores
       `(batch, num_classes)`.
@@ -30,10 +33,12 @@ class CapsuleModel(keras.Model):
       `(batch, num_classes)`; with `labels_per_image=k > 1` (several
       objects in one image, e.g. MultiMNIST), `k` distinct class ids
       `(batch, k)` or a k-hot `(batch, num_classes)`. The compiled loss
-      and metrics receive them one-hot (k-hot). `fit` and `evaluate`
-      refuse array labels with an id outside `[0, num_classes)` with a
-      `ValueError`; from a dataset such an id is a row of zeros
-      (`keras_capsules.labels.one_hot`).
+      and metrics receive them one-hot (k-hot): `targets(y)`. `fit` and
+      `evaluate` refuse array labels with an id outside `[0,
+      num_classes)` with a `ValueError` (`check_targets`); from a dataset
+      such an id is a row of zeros (`keras_capsules.labels.one_hot`). A
+      task base whose labels are not classes overrides `targets` and
+      `check_targets` (`CapsuleSegmenter`: masks).
     - `compile(optimizer="auto", loss="auto", metrics="auto")`, like
       keras-hub's task models: Adam with the paper's learning rate
       (`default_learning_rate`), the model's own loss (`default_loss()`:
@@ -43,8 +48,7 @@ class CapsuleModel(keras.Model):
       (Keras's own `"auto"` leaves it off there) for the models measured
       faster that way (`xla_on_cpu`), except with
       `run_eagerly=True` or under a `tf.distribute` strategy, and tells the
-      layers whether XLA compiles them
-      (`keras_capsules.conv.resolve_implementation`).
+      layers whether XLA compiles them (`keras_capsules.models.set_xla`).
     - The loss is the classification loss (compiled or default, plus the
       layers' `add_loss` terms) plus `extra_loss(...)` (the
       reconstruction of `CapsuleClassifier`; none here).
@@ -125,15 +129,11 @@ class CapsuleModel(keras.Model):
         Returns:
             the model with the weights loaded.
         """
-        from keras_capsules.models import presets  # it imports the ready models
-
         return presets.from_preset(preset, weights, cache_dir, model_class=cls)
 
     @classmethod
     def list_presets(cls):
         """The presets of this class: name -> source, license, accuracy, parameters."""
-        from keras_capsules.models import presets
-
         return presets.list_presets(model_class=cls)
 
     def load_authors_weights(self, path):
@@ -189,23 +189,29 @@ class CapsuleModel(keras.Model):
 
     # Labels.
 
-    def class_targets(self, y):
-        """The labels `y` as float32 one-hot (k-hot) targets `(batch, num_classes)`."""
+    def targets(self, y):
+        """The labels `y` as the float32 targets the loss and the metrics
+        take: one-hot (k-hot) `(batch, num_classes)` here; a task base may
+        take other labels (`CapsuleSegmenter`: masks)."""
         return class_targets(y, self.num_classes, self.labels_per_image, "y")
 
-    def _check_labels(self, y, name):
+    def check_targets(self, y, name):
+        """Raises a `ValueError` naming `name` for array labels `y` that
+        `targets` cannot take (here: a class id outside `[0, num_classes)`
+        or the wrong number of ids); `fit` and `evaluate` call it before
+        any step. Labels from a dataset are not checked."""
         labels = y.get("labels") if isinstance(y, dict) else y
         check_class_ids(labels, self.num_classes, name, self.labels_per_image)
 
     def fit(self, x=None, y=None, *args, **kwargs):
-        self._check_labels(y, "y")
+        self.check_targets(y, "y")
         validation = kwargs.get("validation_data")
         if isinstance(validation, (tuple, list)) and len(validation) >= 2:
-            self._check_labels(validation[1], "validation_data labels")
+            self.check_targets(validation[1], "validation_data labels")
         return super().fit(x, y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
-        self._check_labels(y, "y")
+        self.check_targets(y, "y")
         return super().evaluate(x, y, *args, **kwargs)
 
     # Compiling.
@@ -252,7 +258,7 @@ class CapsuleModel(keras.Model):
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         scores, poses = y_pred if isinstance(y_pred, (tuple, list)) else (y_pred, None)
-        targets = self.class_targets(y)
+        targets = self.targets(y)
         if self.compiled and self.loss is not None:
             # The compiled loss and the layers' losses, as Keras adds them.
             loss = super().compute_loss(x, targets, scores, sample_weight, training)
@@ -269,7 +275,7 @@ class CapsuleModel(keras.Model):
             y_pred = y_pred[0]  # The scores, without the poses.
         # One-hot whatever form the labels came in, so one compiled metric
         # serves ids and one-hot labels alike.
-        return super().compute_metrics(x, self.class_targets(y), y_pred, sample_weight)
+        return super().compute_metrics(x, self.targets(y), y_pred, sample_weight)
 
     def get_config(self):
         config = super().get_config()  # name, trainable, dtype (the policy)

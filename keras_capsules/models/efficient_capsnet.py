@@ -3,13 +3,14 @@
 import keras
 from keras import ops
 
+from keras_capsules import routing
 from keras_capsules.convert import escvm
-from keras_capsules.layers.auto_conv2d import AutoConv2D, StridedConv2D
+from keras_capsules.layers.auto_conv2d import AutoConv2D
 from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.depthwise_primary_capsule import DepthwisePrimaryCapsule
-from keras_capsules.models.base import CapsuleClassifier
-from keras_capsules.routing.layer_router import serialize_router
-from keras_capsules.routing.self_attention import SelfAttentionRouting
+from keras_capsules.models.capsule_classifier import CapsuleClassifier
+from keras_capsules.models.efficient_capsnet_presets import EFFICIENT_CAPSNET_PRESETS
+from keras_capsules.models.presets import register_presets
 from keras_capsules.validation import one_of
 
 # architecture -> (input_shape, num_classes, decoder_units) defaults.
@@ -29,7 +30,7 @@ class EfficientCapsNet(CapsuleClassifier):
     ```
     images -> [Conv2D(32, 5), Conv2D(64, 3), Conv2D(64, 3),
                Conv2D(128, 3, strides=2)], each + BatchNorm + ReLU
-               (`StridedConv2D`: slices + matmul where XLA's CPU conv is slow)
+               (`AutoConv2D`: each backend's fastest convolution form)
            -> DepthwisePrimaryCapsule(16, 8)
            -> Capsule(num_classes, 16, router=SelfAttentionRouting())
            -> lengths (class scores)
@@ -135,10 +136,10 @@ class EfficientCapsNet(CapsuleClassifier):
         super().__init__(
             default_shape if input_shape is None else input_shape,
             default_classes if num_classes is None else num_classes,
-            reconstruction,
-            reconstruction_weight,
-            default_units if decoder_units is None else decoder_units,
-            decoder_activation,
+            reconstruction=reconstruction,
+            reconstruction_weight=reconstruction_weight,
+            decoder_units=default_units if decoder_units is None else decoder_units,
+            decoder_activation=decoder_activation,
             **kwargs,
         )
         images = keras.Input(self.image_shape)
@@ -148,13 +149,12 @@ class EfficientCapsNet(CapsuleClassifier):
             x = self._smallnorb_stem(images)
         dtype = self.dtype_policy
         x = DepthwisePrimaryCapsule(16, 8, name="primary", dtype=dtype)(x)
-        router = SelfAttentionRouting(dtype=dtype) if router is None else router
         self.set_capsules(
             keras.Model(images, x, name="features"),
             Capsule(
                 self.num_classes,
                 16,
-                router=router,
+                router="self_attention" if router is None else router,
                 kernel_initializer="he_normal",
                 name="digit_capsules",
                 dtype=dtype,
@@ -166,9 +166,9 @@ class EfficientCapsNet(CapsuleClassifier):
         for i, (filters, kernel, stride) in enumerate(
             [(32, 5, 1), (64, 3, 1), (64, 3, 1), (128, 3, 2)]
         ):
-            # StridedConv2D: a Conv2D computed as `implementation="auto"`
-            # picks (see keras_capsules.conv.resolve_implementation).
-            x = StridedConv2D(
+            # A Conv2D computed as `implementation="auto"` picks (see
+            # keras_capsules.conv.resolve_implementation).
+            x = AutoConv2D(
                 filters,
                 kernel,
                 strides=stride,
@@ -253,7 +253,7 @@ class EfficientCapsNet(CapsuleClassifier):
     def get_config(self):
         config = super().get_config()
         config.update(
-            router=serialize_router(self.digit_capsules.router), architecture=self.architecture
+            router=routing.serialize(self.digit_capsules.router), architecture=self.architecture
         )
         return config
 
@@ -262,9 +262,8 @@ class EfficientCapsNet(CapsuleClassifier):
 
         `path`: the Keras 2 weights file Mazzia et al. released,
         `bin/efficient_capsnet_SMALLNORB.h5` of EscVM/Efficient-CapsNet
-        (commit 4b337f5, Apache-2.0), read with
-        `keras_capsules.convert.keras_h5.read_weights` and mapped by
-        `keras_capsules.convert.escvm.smallnorb_weights`: the encoder
+        (commit 4b337f5, Apache-2.0), read and mapped by
+        `keras_capsules.convert.escvm.load_into`: the encoder
         (`CapsNet/...`) and, when the model has a decoder, the generator
         (`Generator/...`). The model must be
         `EfficientCapsNet(architecture="smallnorb")` with its defaults
@@ -275,61 +274,13 @@ class EfficientCapsNet(CapsuleClassifier):
             ValueError: another architecture, a key missing from the file or
                 unexpected, or a shape that is not the model's.
         """
-        from keras_capsules.convert.keras_h5 import read_weights
-
         if self.architecture != "smallnorb":
             raise ValueError(
                 "load_authors_weights loads the authors' smallNORB model: build it "
                 'with EfficientCapsNet(architecture="smallnorb"). Received: '
                 f"architecture={self.architecture!r}"
             )
-        weights = escvm.smallnorb_weights(read_weights(path))
-        theirs = {ours: key for key, _, ours in escvm.SMALLNORB_LAYOUT}
-        variables = self._authors_variables()
-        updates = []
-        for key, value in weights.items():
-            if key.startswith("decoder/") and not self.reconstruction:
-                continue
-            variable = variables.get(key)
-            if variable is None:
-                raise ValueError(
-                    f"The model has no weight {key!r} for the authors' {theirs[key]!r} of "
-                    f"shape {value.shape} (is its router SelfAttentionRouting(use_priors=True)?)"
-                )
-            if tuple(variable.shape) != value.shape:
-                raise ValueError(
-                    f"The authors' {theirs[key]!r}, for {key!r}, has shape {value.shape} "
-                    f"(in our layout); the model's has shape {tuple(variable.shape)} (the "
-                    "authors' model takes 48x48x2 images and 5 classes). Received: "
-                    f"input_shape={self.image_shape}, "
-                    f"num_classes={self.num_classes}"
-                )
-            updates.append((variable, value))
-        for variable, value in updates:
-            variable.assign(value.astype(variable.dtype))
+        escvm.load_into(self, path)
 
-    def _authors_variables(self):
-        """Our weights by the names of `keras_capsules.convert.escvm`."""
-        variables = {}
-        for i in range(1, 5):
-            conv = self.features.get_layer(f"conv{i}")
-            norm = self.features.get_layer(f"norm{i}")
-            variables[f"features/conv{i}/kernel"] = conv.kernel
-            variables[f"features/conv{i}/bias"] = conv.bias
-            variables[f"features/norm{i}/gamma"] = norm.gamma
-            variables[f"features/norm{i}/beta"] = norm.beta
-        primary = self.features.get_layer("primary")
-        variables["features/primary/kernel"] = primary.kernel
-        variables["features/primary/bias"] = primary.bias
-        variables["digit_capsules/kernel"] = self.digit_capsules.kernel
-        router = self.digit_capsules.router
-        if getattr(router, "use_priors", False):
-            variables["digit_capsules/router/priors"] = router.priors
-        if self.reconstruction:
-            variables["decoder/dense/kernel"] = self.decoder.get_layer("dense").kernel
-            variables["decoder/dense/bias"] = self.decoder.get_layer("dense").bias
-            for i in range(1, 5):
-                conv = self.decoder.get_layer(f"conv{i}")
-                variables[f"decoder/conv{i}/kernel"] = conv.kernel
-                variables[f"decoder/conv{i}/bias"] = conv.bias
-        return variables
+
+register_presets(EFFICIENT_CAPSNET_PRESETS, EfficientCapsNet)

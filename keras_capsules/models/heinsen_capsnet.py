@@ -3,12 +3,15 @@
 import keras
 from keras import ops
 
+from keras_capsules import routing
 from keras_capsules.conv import IMPLEMENTATIONS
-from keras_capsules.convert.heinsen import heinsen_weights
+from keras_capsules.convert import heinsen, torch_zip
 from keras_capsules.layers.auto_conv2d import AutoConv2D
 from keras_capsules.layers.heinsen_capsule import HeinsenCapsule
 from keras_capsules.models.capsule_model import CapsuleModel
-from keras_capsules.validation import one_of, positive_float, positive_int
+from keras_capsules.models.heinsen_capsnet_presets import HEINSEN_CAPSNET_PRESETS
+from keras_capsules.models.presets import register_presets
+from keras_capsules.validation import one_of, positive_int
 
 # (strides) of the six 3x3 convolutions, valid padding.
 _STRIDES = (1, 2, 1, 2, 1, 2)
@@ -31,6 +34,9 @@ class HeinsenCapsNet(CapsuleModel):
          poses:  BatchNorm, Conv2D(parts * 16, 1)    -> (parts * 9 * 9, 4, 4)
       -> HeinsenCapsule(parts, 4, share_weights=True)       (parts, 4, 4), (parts,)
       -> HeinsenCapsule(num_classes, 4)                     (num_classes, 4, 4), (num_classes,)
+    each routing with its own copy of `router` (default
+    HeinsenRouting(iterations=3, epsilon=1e-5)), sharing its weights over
+    the children in the first layer (`share_weights=True`)
     ```
 
     The capsules are ordered `(part, row, column)` and pose channel `p *
@@ -63,10 +69,15 @@ class HeinsenCapsNet(CapsuleModel):
         num_classes: number of class capsules (smallNORB: 5).
         parts: capsules per position of the part layer (`n_parts`).
         channels: channels of the six convolutions (`d_chns`).
-        iterations: iterations of both routings.
-        epsilon: the routings' `epsilon` (the author's `eps`).
+        router: the router of both capsule layers, or its name or config
+            (`keras_capsules.routing.get`): each layer gets its own copy
+            (`keras_capsules.routing.clone`), whose `share_weights` is the
+            layer's when the router has that argument; it must take and give
+            logits (`HeinsenCapsule`). Default `HeinsenRouting(iterations=3,
+            epsilon=1e-5)`, the author's.
         implementation: how the convolutions are computed (`"auto"`,
-            `"conv"`, ...: see `keras_capsules.layers.AutoConv2D`).
+            `"conv"`, ...: see `keras_capsules.layers.AutoConv2D`); a speed
+            option, not saved in the config.
         **kwargs: `keras.Model` arguments (`name`, `dtype`).
 
     Call arguments:
@@ -120,16 +131,15 @@ class HeinsenCapsNet(CapsuleModel):
         num_classes=5,
         parts=64,
         channels=64,
-        iterations=3,
-        epsilon=1e-5,
+        router=None,
         implementation="auto",
         **kwargs,
     ):
         super().__init__(input_shape, num_classes, **kwargs)
         self.parts = positive_int(parts, "parts")
         self.channels = positive_int(channels, "channels")
-        self.iterations = positive_int(iterations, "iterations")
-        self.epsilon = positive_float(epsilon, "epsilon")
+        # A config: each capsule layer gets its own copy (the router has weights).
+        self.router_config = None if router is None else routing.serialize(routing.get(router))
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
         dtype = self.dtype_policy
         height, width, depth = self.image_shape
@@ -165,15 +175,33 @@ class HeinsenCapsNet(CapsuleModel):
         mu = keras.layers.Reshape((*grid, self.parts, 4, 4), dtype=dtype)(mu)
         mu = keras.layers.Permute((3, 1, 2, 4, 5), dtype=dtype)(mu)
         mu = keras.layers.Reshape((children, 4, 4), dtype=dtype)(mu)
-        routing = dict(iterations=self.iterations, epsilon=self.epsilon, dtype=dtype)
-        mu, a = HeinsenCapsule(self.parts, 4, share_weights=True, name="part_capsules", **routing)(
-            [mu, a]
-        )
+        mu, a = HeinsenCapsule(
+            self.parts,
+            4,
+            router=self._router(share_weights=True),
+            share_weights=True,
+            name="part_capsules",
+            dtype=dtype,
+        )([mu, a])
         mu, a, sig2 = HeinsenCapsule(
-            self.num_classes, 4, return_variances=True, name="class_capsules", **routing
+            self.num_classes,
+            4,
+            router=self._router(share_weights=False),
+            return_variances=True,
+            name="class_capsules",
+            dtype=dtype,
         )([mu, a])
         self.network = keras.Model(inputs, [a, mu, sig2], name="heinsen_capsules")
         self.build((None, *self.image_shape))
+
+    def _router(self, share_weights):
+        """A new router for one capsule layer: `None` (the layer's default,
+        the author's routing) or a copy of `router`."""
+        if self.router_config is None:
+            return None
+        router = routing.get(self.router_config)
+        overrides = {"share_weights": share_weights} if hasattr(router, "share_weights") else {}
+        return routing.clone(router, dtype=self.dtype_policy, **overrides)
 
     def add_coordinate_grid(self, images):
         """`images (batch, H, W, C)` with two channels appended: the row
@@ -218,14 +246,12 @@ class HeinsenCapsNet(CapsuleModel):
         Returns:
             the model.
         """
-        from keras_capsules.convert.torch_zip import read_state_dict
-
-        return self.load_authors_state_dict(read_state_dict(path))
+        return self.load_authors_state_dict(torch_zip.read_state_dict(path))
 
     def load_authors_state_dict(self, state_dict):
         """Sets every weight from the author's state dict, `{name: numpy
         array}` of his `SmallNORBClassifier` of this model's sizes, mapped
-        by `keras_capsules.convert.heinsen.heinsen_weights` (which raises a
+        by `keras_capsules.convert.heinsen.load_into` (which raises a
         `ValueError` naming the key on a missing or unexpected key or a
         wrong shape).
 
@@ -235,34 +261,16 @@ class HeinsenCapsNet(CapsuleModel):
         Returns:
             the model.
         """
-        weights = heinsen_weights(
-            state_dict,
-            num_classes=self.num_classes,
-            parts=self.parts,
-            channels=self.channels,
-            image_channels=self.image_shape[-1],
-        )
-        variables = {
-            f"{layer.name}/{variable.name}": variable
-            for layer in self.network.layers
-            for variable in layer.weights
-        }
-        if set(weights) != set(variables):  # a change of the model, not of the file
-            raise ValueError(
-                f"The author's weights {sorted(set(weights) - set(variables))} have no "
-                f"variable here, and {sorted(set(variables) - set(weights))} no value."
-            )
-        for name, array in weights.items():
-            variables[name].assign(array)
-        return self
+        return heinsen.load_into(self, state_dict)
 
     def get_config(self):
         config = super().get_config()
         config.update(
             parts=self.parts,
             channels=self.channels,
-            iterations=self.iterations,
-            epsilon=self.epsilon,
-            implementation=self.implementation,
+            router=self.router_config,
         )
         return config
+
+
+register_presets(HEINSEN_CAPSNET_PRESETS, HeinsenCapsNet)

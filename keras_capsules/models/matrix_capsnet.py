@@ -4,7 +4,7 @@ import keras
 
 from keras_capsules import routing
 from keras_capsules.conv import IMPLEMENTATIONS
-from keras_capsules.layers.auto_conv2d import StridedConv2D
+from keras_capsules.layers.auto_conv2d import AutoConv2D
 from keras_capsules.layers.matrix_capsule import (
     ClassMatrixCapsule,
     ConvMatrixCapsule,
@@ -12,18 +12,7 @@ from keras_capsules.layers.matrix_capsule import (
 )
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.models.capsule_model import CapsuleModel
-from keras_capsules.routing.em import EMRouting
-from keras_capsules.routing.layer_router import serialize_router
-from keras_capsules.validation import one_of, positive_float, positive_int, renamed_config
-
-# The paper's letters for the layer sizes: the arguments' names in configs
-# written by version 0.1.0, which still load (`from_config`).
-_PAPER_NAMES = {
-    "A": "conv_filters",
-    "B": "primary_capsules",
-    "C": "conv_capsules1",
-    "D": "conv_capsules2",
-}
+from keras_capsules.validation import one_of, positive_float, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -32,7 +21,7 @@ class MatrixCapsNet(CapsuleModel):
 
     ```
     images (32, 32, 2)
-      -> StridedConv2D(conv_filters, 5, strides=2, relu)       (14, 14, A)
+      -> AutoConv2D(conv_filters, 5, strides=2, relu)          (14, 14, A)
       -> PrimaryMatrixCapsule(primary_capsules, 1)             (14, 14, B) capsules
       -> ConvMatrixCapsule(conv_capsules1, 3, strides=2)       (6, 6, C)
       -> ConvMatrixCapsule(conv_capsules2, 3, strides=1)       (4, 4, D)
@@ -42,11 +31,11 @@ class MatrixCapsNet(CapsuleModel):
 
     `A`, `B`, `C`, `D` are the paper's names of the four sizes (its Figure
     1). Each capsule is a 4x4 pose matrix and a sigmoid activation; the
-    capsule layers route with `EMRouting(iterations)` (valid padding, as
-    in the paper's Figure 1). `call` and `predict` return the class
-    activations; `encode` returns `[poses (batch, num_classes, 16),
-    activations]`. The first convolution is a `StridedConv2D` (how it is
-    computed: `implementation`, see
+    capsule layers route with their own copies of `router` (default
+    `EMRouting(iterations=3)`; valid padding, as in the paper's Figure 1).
+    `call` and `predict` return the class activations; `encode` returns
+    `[poses (batch, num_classes, 16), activations]`. The first convolution
+    is an `AutoConv2D` (how it is computed: `implementation`, see
     `keras_capsules.conv.resolve_implementation`).
 
     Training takes `(image, label)` pairs with class ids or one-hot labels:
@@ -93,17 +82,17 @@ class MatrixCapsNet(CapsuleModel):
         primary_capsules: primary capsule types (B).
         conv_capsules1, conv_capsules2: capsule types of the two
             convolutional capsule layers (C and D).
-        iterations: EM iterations of the default routers.
-        router: a router, or its name or config
-            (`keras_capsules.routing.get`), used, as three fresh copies
-            (from its config), by the three capsule layers instead of
-            `EMRouting(iterations)`; `iterations` is then unused.
+        router: the router of the three capsule layers, or its name or
+            config (`keras_capsules.routing.get`); each layer gets its own
+            copy (`keras_capsules.routing.clone`). Default
+            `EMRouting(iterations=3)`.
         coordinate_addition: add the scaled position of each child to its
             class votes (the paper's coordinate addition).
         margin: initial margin of the model's own `SpreadLoss`.
         implementation: `"auto"`, `"conv"`, `"matmul"`, `"hybrid"` or
             `"space_to_depth"`, how the strided first convolution is computed (the rule:
-            `keras_capsules.conv.resolve_implementation`).
+            `keras_capsules.conv.resolve_implementation`); a speed option,
+            not saved in the config.
         **kwargs: `keras.Model` arguments (`name`, `dtype`: the dtype
             policy of every layer, kept by `get_config`).
 
@@ -119,7 +108,7 @@ class MatrixCapsNet(CapsuleModel):
 
     >>> model = keras_capsules.models.MatrixCapsNet(
     ...     conv_filters=4, primary_capsules=2, conv_capsules1=2,
-    ...     conv_capsules2=2, iterations=1)
+    ...     conv_capsules2=2, router=keras_capsules.routing.EMRouting(iterations=1))
     >>> rng = np.random.default_rng(0)
     >>> images, labels = rng.normal(size=(4, 32, 32, 2)), np.array([0, 1, 2, 3])
     >>> model.compile()  # Adam(3e-3), model.spread_loss, accuracy
@@ -145,7 +134,6 @@ class MatrixCapsNet(CapsuleModel):
         primary_capsules=32,
         conv_capsules1=32,
         conv_capsules2=32,
-        iterations=3,
         router=None,
         coordinate_addition=True,
         margin=0.2,
@@ -157,9 +145,8 @@ class MatrixCapsNet(CapsuleModel):
         self.primary_capsules = positive_int(primary_capsules, "primary_capsules")
         self.conv_capsules1 = positive_int(conv_capsules1, "conv_capsules1")
         self.conv_capsules2 = positive_int(conv_capsules2, "conv_capsules2")
-        self.iterations = positive_int(iterations, "iterations")
-        # A config, so each capsule layer gets its own (unbuilt) copy.
-        self.router_config = None if router is None else serialize_router(routing.get(router))
+        # A config: each capsule layer gets its own copy (EM routing has weights).
+        self.router_config = None if router is None else routing.serialize(routing.get(router))
         self.coordinate_addition = bool(coordinate_addition)
         self.margin = positive_float(margin, "margin")
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
@@ -170,7 +157,7 @@ class MatrixCapsNet(CapsuleModel):
 
         dtype = self.dtype_policy
         images = keras.Input(self.image_shape)
-        x = StridedConv2D(
+        x = AutoConv2D(
             self.conv_filters,
             5,
             strides=2,
@@ -209,9 +196,11 @@ class MatrixCapsNet(CapsuleModel):
         self.build((None, *self.image_shape))
 
     def _router(self):
+        """A new router for one capsule layer: `None` (the layer's default,
+        `EMRouting()`) or a copy of `router`."""
         if self.router_config is None:
-            return EMRouting(iterations=self.iterations, dtype=self.dtype_policy)
-        return self.router_config  # each layer deserialises its own copy
+            return None
+        return routing.clone(self.router_config, dtype=self.dtype_policy)
 
     def encode(self, images, training=None):
         """`[poses (batch, num_classes, 16), activations (batch, num_classes)]`."""
@@ -233,14 +222,8 @@ class MatrixCapsNet(CapsuleModel):
             primary_capsules=self.primary_capsules,
             conv_capsules1=self.conv_capsules1,
             conv_capsules2=self.conv_capsules2,
-            iterations=self.iterations,
             router=self.router_config,
             coordinate_addition=self.coordinate_addition,
             margin=self.margin,
-            implementation=self.implementation,
         )
         return config
-
-    @classmethod
-    def from_config(cls, config):
-        return super().from_config(renamed_config(config, _PAPER_NAMES))

@@ -1,4 +1,4 @@
-"""Ready models with their authors' released weights.
+"""The preset registry: ready models with their authors' released weights.
 
 A preset is a ready model built with its paper's architecture and loaded
 with the weights its authors released, converted from their file (a
@@ -7,6 +7,10 @@ file is fetched from the authors' repository at a pinned commit with
 `keras.utils.get_file` and checked against its sha256, or read from a
 local copy (`weights=PATH`, for machines without internet), which must be
 the same file.
+
+Each ready model declares its presets beside it (`<model>_presets.py`) and
+registers them with `register_presets` when its module is imported;
+this module holds only the registry, `list_presets` and `from_preset`.
 
 ```python
 model = keras_capsules.models.from_preset("heinsen_smallnorb")
@@ -52,60 +56,35 @@ class Preset:
         return self.url.rsplit("/", 1)[-1]
 
 
-_HEINSEN_COMMIT = "cd3420d3946b9bec670a645ce1f6dbeccca7fe5d"
-_ESCVM_COMMIT = "4b337f5bf79d70a56e4dec8b113fe54b44cfe963"
+# name -> (Preset, the model class that builds it).
+_REGISTRY = {}
 
-PRESETS = {
-    preset.name: preset
-    for preset in (
-        Preset(
-            name="heinsen_smallnorb",
-            description=(
-                "Heinsen's smallNORB classifier (64 parts routed to 5 classes) with the "
-                "author's trained weights."
-            ),
-            model="HeinsenCapsNet",
-            config={"input_shape": (96, 96, 2), "num_classes": 5},
-            inputs="(batch, 96, 96, 2): the stereo pair in [0, 1] (the coordinate grid is added "
-            "inside the model)",
-            outputs="the author's output scores a_out (logits), (batch, 5)",
-            url=(
-                f"https://github.com/glassroom/heinsen_routing/raw/{_HEINSEN_COMMIT}/"
-                "smallNORB_pretrained_model_state_dict.pt"
-            ),
-            sha256="26f177368a683a0b7a856a0f44dff0d7a67f6d7187ad0e7c91bded375c488898",
-            license="MIT",
-            source=f"glassroom/heinsen_routing@{_HEINSEN_COMMIT[:7]}",
-            paper='Heinsen, "An Algorithm for Routing Capsules in All Domains", 2019 '
-            "(arXiv:1911.00792)",
-            paper_accuracy=99.1,
-            parameters=272_592,
-        ),
-        Preset(
-            name="efficient_capsnet_smallnorb",
-            description=(
-                "Efficient-CapsNet's smallNORB model (self-attention routing, the authors' "
-                "generator as decoder) with the authors' trained weights."
-            ),
-            model="EfficientCapsNet",
-            config={"input_shape": (48, 48, 2), "num_classes": 5, "architecture": "smallnorb"},
-            inputs="(batch, 48, 48, 2): each channel standardised per image, resized to 64x64, "
-            "centre crop 48x48",
-            outputs="the class capsules' lengths, (batch, 5)",
-            url=(
-                f"https://github.com/EscVM/Efficient-CapsNet/raw/{_ESCVM_COMMIT}/"
-                "bin/efficient_capsnet_SMALLNORB.h5"
-            ),
-            sha256="c7fbd8cc0f17b611c7f09c99c606a07c8f1bd0d9847b120b05fb0e2c91fe008b",
-            license="Apache-2.0",
-            source=f"EscVM/Efficient-CapsNet@{_ESCVM_COMMIT[:7]}",
-            paper='Mazzia, Salvetti & Chiaberge, "Efficient-CapsNet: capsule network with '
-            'self-attention routing", Scientific Reports 11, 2021',
-            paper_accuracy=97.46,
-            parameters=381_234,
-        ),
-    )
-}
+
+def register_presets(presets, model_class):
+    """Registers `presets` (an iterable of `Preset`) as built by `model_class`.
+
+    A ready model's module calls it for the presets declared beside it.
+    A name registered twice must be the same preset of the same class.
+
+    Args:
+        presets: `Preset`s whose `model` is `model_class.__name__`.
+        model_class: the ready model class.
+
+    Example:
+
+    >>> from keras_capsules.models.presets import register_presets
+    >>> from keras_capsules.models.heinsen_capsnet_presets import HEINSEN_CAPSNET_PRESETS
+    >>> register_presets(HEINSEN_CAPSNET_PRESETS, keras_capsules.models.HeinsenCapsNet)
+    """
+    for preset in presets:
+        if preset.model != model_class.__name__:
+            raise ValueError(
+                f"The preset {preset.name!r} is for {preset.model}. Received: "
+                f"model_class={model_class.__name__}"
+            )
+        if _REGISTRY.get(preset.name, (preset, model_class)) != (preset, model_class):
+            raise ValueError(f"Another preset is registered as {preset.name!r}.")
+        _REGISTRY[preset.name] = (preset, model_class)
 
 
 def list_presets(model_class=None):
@@ -127,11 +106,10 @@ def list_presets(model_class=None):
     >>> presets["heinsen_smallnorb"]["license"], presets["heinsen_smallnorb"]["paper_accuracy"]
     ('MIT', 99.1)
     """
-    classes = _model_classes()
     return {
         name: dataclasses.asdict(preset)
-        for name, preset in PRESETS.items()
-        if model_class is None or issubclass(classes[preset.model], model_class)
+        for name, (preset, cls) in sorted(_REGISTRY.items())
+        if model_class is None or issubclass(cls, model_class)
     }
 
 
@@ -166,14 +144,6 @@ def _weights_file(preset, weights, cache_dir):
             f"with sha256 {digest}"
         )
     return weights
-
-
-def _model_classes():
-    # Imported here: the ready models' modules import this one for their
-    # `from_preset` classmethods.
-    from keras_capsules import models
-
-    return {name: getattr(models, name) for name in {p.model for p in PRESETS.values()}}
 
 
 def _load_keras_file(path):
@@ -225,13 +195,12 @@ def from_preset(preset, weights=None, cache_dir=None, model_class=None):
     """
     if not isinstance(preset, (str, os.PathLike)):
         raise ValueError(
-            f"`preset` must be a preset name ({', '.join(sorted(PRESETS))}) or the path of a "
+            f"`preset` must be a preset name ({', '.join(sorted(_REGISTRY))}) or the path of a "
             f"`.keras` file. Received: preset={preset!r}"
         )
     name = os.fspath(preset)
-    if name in PRESETS:
-        spec = PRESETS[name]
-        cls = _model_classes()[spec.model]
+    if name in _REGISTRY:
+        spec, cls = _REGISTRY[name]
         if model_class is not None and not issubclass(cls, model_class):
             raise ValueError(
                 f"The preset {name!r} is a {spec.model}, not a {model_class.__name__}. "
@@ -254,6 +223,6 @@ def from_preset(preset, weights=None, cache_dir=None, model_class=None):
             )
         return model
     raise ValueError(
-        f"Unknown preset. Valid names: {', '.join(sorted(PRESETS))}, or the path of a "
+        f"Unknown preset. Valid names: {', '.join(sorted(_REGISTRY))}, or the path of a "
         f"`.keras` file. Received: preset={name!r}"
     )

@@ -3,15 +3,13 @@
 import keras
 from keras import ops
 
+from keras_capsules import routing
 from keras_capsules.conv import IMPLEMENTATIONS
 from keras_capsules.layers.auto_conv2d import AutoConv2D
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.segmentation_capsule import LocalCapsule2D, LocalDeconvCapsule2D
-from keras_capsules.losses import WeightedBinaryCrossentropy
-from keras_capsules.metrics import DiceCoefficient
-from keras_capsules.models.capsule_model import CapsuleModel
-from keras_capsules.routing.dynamic import DynamicRouting
-from keras_capsules.validation import non_negative_float, one_of, positive_float, positive_int
+from keras_capsules.models.capsule_segmenter import CapsuleSegmenter
+from keras_capsules.validation import non_negative_float, one_of
 
 # The model halves the grid three times.
 STRIDE = 8
@@ -19,7 +17,7 @@ POSE_DIM = 16  # the segmentation capsules' dimension
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class SegCaps(CapsuleModel):
+class SegCaps(CapsuleSegmenter):
     """SegCaps R3: a capsule U-Net whose per-pixel capsule lengths segment.
 
     The network of the paper (and of its authors' code), with locally
@@ -38,8 +36,10 @@ class SegCaps(CapsuleModel):
     scores     their lengths: (batch, H, W, num_classes) in [0, 1)
     ```
 
-    5x5 kernels, 4x4 deconvolutions, `iterations` of dynamic routing in
-    every capsule layer but the primary one. A decoder of three 1x1
+    5x5 kernels, 4x4 deconvolutions; every capsule layer but the primary
+    one routes with its own copy of `router` (default
+    `DynamicRouting(iterations=3)`, the paper's), the primary one with one
+    iteration of dynamic routing, as in the paper. A decoder of three 1x1
     convolutions (64, 128 with ReLU, then `channels` with a sigmoid)
     reconstructs the input from the segmentation capsules masked by the
     labels, within the objects only, as in the paper:
@@ -59,32 +59,32 @@ class SegCaps(CapsuleModel):
     With one input channel and one class, the model has the paper's
     1.4 M parameters (1,425,649: `count_params()`).
 
-    Masks: `(batch, H, W, num_classes)` (or `(batch, H, W)` with one class)
-    of 0/1 values; with several classes also an integer map `(batch, H, W)`
-    of 0 (background) to `num_classes` (class `k` -> mask `k - 1`).
-    Images in `[0, 1]` (the decoder's sigmoid).
+    Masks and metrics are those of `CapsuleSegmenter`. Images in `[0, 1]`
+    (the decoder's sigmoid).
 
     `compile(optimizer="auto", loss="auto", metrics="auto")`: Adam(1e-3,
     beta_1=0.99) (the authors' `beta_1`; their learning rate, 1e-4 for
     batches of one 512x512 slice, learns ~5x slower at batch 8 of small
-    images),
-    `WeightedBinaryCrossentropy(positive_weight)`, and the metrics
-    `DiceCoefficient()` (`"dice"`) and `keras.metrics.BinaryIoU` of the
-    foreground (`"iou"`). `fit(images, masks)` needs nothing more.
+    images), `WeightedBinaryCrossentropy(positive_weight)`, and the
+    metrics `DiceCoefficient()` (`"dice"`) and `keras.metrics.BinaryIoU`
+    of the foreground (`"iou"`). `fit(images, masks)` needs nothing more.
 
     Args:
         input_shape: image shape `(H, W, channels)`, `H` and `W` divisible
             by 8.
         num_classes: foreground classes, one segmentation capsule type each.
-        iterations: dynamic routing iterations of the routed layers, `>= 1`
-            (3 in the paper).
+        router: the router of the routed layers but the primary one, or its
+            name or config (`keras_capsules.routing.get`); each layer gets
+            its own copy (`keras_capsules.routing.clone`). Default
+            `DynamicRouting(iterations=3)`.
         positive_weight: the weight of foreground pixels in the default
             loss (the paper: background pixels / foreground pixels of the
             training set), `> 0`.
         reconstruction_weight: weight of the reconstruction error, `>= 0`
             (0.1 in the authors' code; 0 turns the decoder off).
         implementation: how the convolutions are computed (`"auto"`, ...:
-            `keras_capsules.conv.resolve_implementation`).
+            `keras_capsules.conv.resolve_implementation`); a speed option,
+            not saved in the config.
         **kwargs: `keras.Model` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -98,7 +98,8 @@ class SegCaps(CapsuleModel):
 
     Example:
 
-    >>> model = keras_capsules.models.SegCaps((16, 16, 1), iterations=1)
+    >>> model = keras_capsules.models.SegCaps(
+    ...     (16, 16, 1), router=keras_capsules.routing.DynamicRouting(iterations=1))
     >>> images = np.random.default_rng(0).uniform(size=(2, 16, 16, 1))
     >>> tuple(model(images).shape), tuple(model.reconstruct(images).shape)
     ((2, 16, 16, 1), (2, 16, 16, 1))
@@ -115,21 +116,21 @@ class SegCaps(CapsuleModel):
         self,
         input_shape,
         num_classes=1,
-        iterations=3,
+        router=None,
         positive_weight=1.0,
         reconstruction_weight=0.1,
         implementation="auto",
         **kwargs,
     ):
-        super().__init__(input_shape, num_classes, **kwargs)
+        super().__init__(input_shape, num_classes, positive_weight=positive_weight, **kwargs)
         height, width, channels = self.image_shape
         if height % STRIDE or width % STRIDE:
             raise ValueError(
                 f"SegCaps needs an image height and width divisible by {STRIDE} (it halves "
                 f"the grid three times). Received: input_shape={tuple(input_shape)}"
             )
-        self.iterations = positive_int(iterations, "iterations")
-        self.positive_weight = positive_float(positive_weight, "positive_weight")
+        # A config: each routed layer gets its own copy.
+        self.router_config = None if router is None else routing.serialize(routing.get(router))
         self.reconstruction_weight = non_negative_float(
             reconstruction_weight, "reconstruction_weight"
         )
@@ -142,13 +143,16 @@ class SegCaps(CapsuleModel):
     def _build_encoder(self):
         dtype, implementation = self.dtype_policy, self.implementation
 
-        def local(types, dim, name, strides=1, kernel_size=5, iterations=self.iterations):
+        def router():
+            return routing.clone(self.router_config or "dynamic", dtype=dtype)
+
+        def local(types, dim, name, strides=1, kernel_size=5, router=router):
             return LocalCapsule2D(
                 types,
                 dim,
                 kernel_size,
                 strides=strides,
-                router=DynamicRouting(iterations, dtype=dtype),
+                router=router(),
                 implementation=implementation,
                 dtype=dtype,
                 name=name,
@@ -160,7 +164,7 @@ class SegCaps(CapsuleModel):
                 dim,
                 4,
                 strides=2,
-                router=DynamicRouting(self.iterations, dtype=dtype),
+                router=router(),
                 dtype=dtype,
                 name=name,
             )
@@ -179,7 +183,14 @@ class SegCaps(CapsuleModel):
             name="conv1",
         )(images)
         conv1 = keras.layers.Reshape((*self.image_shape[:2], 1, 16), dtype=dtype)(conv1)
-        primary = local(2, 16, "primary_caps", strides=2, iterations=1)(conv1)
+        # The paper's primary capsules route once, whatever the other layers do.
+        primary = local(
+            2,
+            16,
+            "primary_caps",
+            strides=2,
+            router=lambda: routing.DynamicRouting(iterations=1, dtype=dtype),
+        )(conv1)
         down_2 = local(4, 16, "conv_cap_2_1")(primary)
         x = local(4, 32, "conv_cap_2_2", strides=2)(down_2)
         down_3 = local(8, 32, "conv_cap_3_1")(x)
@@ -245,52 +256,14 @@ class SegCaps(CapsuleModel):
         if masks is None:
             masks = ops.cast(scores > 0.5, poses.dtype)
         else:
-            masks = self.class_targets(masks)
+            masks = self.targets(masks)
         return self.decode(poses, masks)
-
-    # Labels: masks.
-
-    def class_targets(self, y):
-        """The masks `y` as float32 `(batch, H, W, num_classes)`."""
-        y = ops.convert_to_tensor(y)
-        if len(y.shape) == 3:
-            if self.num_classes == 1:
-                return ops.cast(y, "float32")[..., None]
-            ids = ops.cast(y, "int32")
-            return ops.one_hot(ids, self.num_classes + 1, dtype="float32")[..., 1:]
-        return ops.cast(y, "float32")
-
-    def _check_labels(self, y, name):
-        if y is None or not hasattr(y, "shape") or not hasattr(y, "ndim"):
-            return  # datasets and generators: shapes are checked by the loss
-        height, width = self.image_shape[:2]
-        shape = tuple(y.shape)
-        ok = shape[1:3] == (height, width) and (
-            len(shape) == 3 or (len(shape) == 4 and shape[3] == self.num_classes)
-        )
-        if not ok:
-            raise ValueError(
-                f"SegCaps expects masks of shape (batch, {height}, {width}, "
-                f"{self.num_classes}) or (batch, {height}, {width}). "
-                f"Received: {name}.shape={shape}"
-            )
 
     # Compiling.
 
     def default_optimizer(self):
         """Adam(default_learning_rate, beta_1=0.99) (the authors' `beta_1`)."""
         return keras.optimizers.Adam(self.default_learning_rate, beta_1=0.99)
-
-    def default_loss(self):
-        """`WeightedBinaryCrossentropy(positive_weight)` on the scores."""
-        return WeightedBinaryCrossentropy(self.positive_weight)
-
-    def default_metrics(self):
-        """`DiceCoefficient()` (`"dice"`) and the foreground's `BinaryIoU` (`"iou"`)."""
-        return [
-            DiceCoefficient(name="dice"),
-            keras.metrics.BinaryIoU(target_class_ids=(1,), threshold=0.5, name="iou"),
-        ]
 
     def extra_loss(self, x, y, targets, poses, sample_weight=None, training=True):
         """`reconstruction_weight` times the masked reconstruction's mean
@@ -317,10 +290,5 @@ class SegCaps(CapsuleModel):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            iterations=self.iterations,
-            positive_weight=self.positive_weight,
-            reconstruction_weight=self.reconstruction_weight,
-            implementation=self.implementation,
-        )
+        config.update(router=self.router_config, reconstruction_weight=self.reconstruction_weight)
         return config

@@ -88,7 +88,7 @@ def deserialize(config, custom_objects=None):
         and "registered_name" not in config
         and keras.saving.get_registered_object(class_name) is None
     ):
-        return _router_class(class_name).from_config(config.get("config") or {})
+        return _construct(_router_class(class_name), config.get("config") or {})
     return keras.saving.deserialize_keras_object(config, custom_objects=custom_objects)
 
 
@@ -135,6 +135,51 @@ def get(identifier):
             f"keras_capsules.routing.Router. Received: router={identifier!r}"
         )
     return router
+
+
+def clone(router, **overrides):
+    """A new, unbuilt router with the config of `router`.
+
+    A router with weights is built for one size of votes, so each capsule
+    layer needs its own; the ready models that take one `router=` for
+    several layers give each layer a clone.
+
+    Args:
+        router: a router, or its name or config (as for `get`).
+        **overrides: constructor arguments that replace the router's own
+            (`iterations=2`, `dtype=...`); the clone gets a new name unless
+            `name=` is given.
+
+    Returns:
+        a new `Router` of the same class.
+
+    Example:
+
+    >>> router = keras_capsules.routing.EMRouting(iterations=2)
+    >>> copy = keras_capsules.routing.clone(router, epsilon=1e-3)
+    >>> copy is router, copy.iterations, copy.epsilon
+    (False, 2, 0.001)
+    """
+    router = get(router)
+    if router is None:
+        raise ValueError("`router` must be a router, its name or config. Received: router=None")
+    # A new name too: each clone is a layer of its own.
+    config = {k: v for k, v in router.get_config().items() if k != "name"}
+    return _construct(type(router), {**config, **overrides})
+
+
+def _construct(cls, config):
+    """`cls(**config)`, the config's dtype policy deserialised: as
+    `from_config`, but a bad argument raises the router's own `ValueError`
+    (naming it), not Keras's `TypeError` that wraps it."""
+    dtype = config.get("dtype")
+    if isinstance(dtype, dict):
+        dtype = keras.dtype_policies.deserialize(dtype)
+    if type(dtype) is keras.dtype_policies.DTypePolicy:
+        # By name, as `from_config` passes it: a router whose config is
+        # Keras's automatic one serialises names, not policy objects.
+        dtype = dtype.name
+    return cls(**{**config, "dtype": dtype} if "dtype" in config else config)
 
 
 def _router_class(name):

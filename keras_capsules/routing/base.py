@@ -4,7 +4,6 @@ import keras
 from keras import ops
 
 from keras_capsules.ops import compute_dtype_for
-from keras_capsules.validation import boolean
 
 
 class Router(keras.layers.Layer):
@@ -50,16 +49,12 @@ class Router(keras.layers.Layer):
     any computation: votes must be `(batch, in_caps, out_caps, dim)` and
     activations `(batch, in_caps)`.
 
+    A router is built by the capsule layer that owns it, for the votes
+    that layer makes, so its config holds no build config
+    (`get_build_config` returns `None`): a layer restored from a `.keras`
+    file builds its router again, then the file's weights are loaded.
+
     Args:
-        remat: recompute the routing in the backward pass instead of
-            keeping its intermediate tensors until then (`keras.remat`:
-            `jax.checkpoint`, `tf.recompute_grad`, torch's non-reentrant
-            `checkpoint`). Outputs and gradients are unchanged; the
-            routing's forward pass runs twice. The routing's backward pass
-            recreates those tensors all at once, so the peak memory of a
-            step falls only where other layers' stored activations would
-            otherwise coexist with them (benchmarks/README.md). Default
-            `False`.
         **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Call arguments:
@@ -93,12 +88,11 @@ class Router(keras.layers.Layer):
     # Whether the router's activations are logits (scores in (-inf, inf))
     # rather than probabilities: the vector-capsule layers then give their
     # poses the length `sigmoid(activations)` and return those as the
-    # activations (`keras_capsules.routing.layer_router.call_router`).
+    # activations (`keras_capsules.layers.RoutedCapsule.route`).
     logit_activations = False
 
-    def __init__(self, remat=False, **kwargs):
+    def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.remat = boolean(remat, "remat")
         # Votes reach `call` in their own dtype (not cast down to a half
         # compute dtype first) and router weights are read in float32.
         self.autocast = False
@@ -191,27 +185,14 @@ class Router(keras.layers.Layer):
         votes = ops.cast(votes, dtype)
         if activations is not None:
             activations = ops.cast(activations, dtype)
-        keep = tuple(keep)
+        outputs = self.route(votes, activations)
+        return tuple(ops.cast(outputs[k], self.compute_dtype) for k in keep)
 
-        def selected(v, a):
-            outputs = self.route(v, a)
-            return tuple(outputs[k] for k in keep)
-
-        if not self.remat:
-            outputs = selected(votes, activations)
-        elif activations is None:
-            # Only tensors go through `keras.remat` (`tf.recompute_grad`
-            # differentiates every argument), and only the outputs the
-            # caller takes.
-            outputs = keras.remat(lambda v: selected(v, None))(votes)
-        else:
-            outputs = keras.remat(selected)(votes, activations)
-        return tuple(ops.cast(t, self.compute_dtype) for t in outputs)
-
-    def get_config(self):
-        config = super().get_config()
-        config["remat"] = self.remat
-        return config
+    def get_build_config(self):
+        # The capsule layer that owns the router builds it, for the votes it
+        # computes (a router restored with a build config of its own would
+        # be built twice, its weights added twice).
+        return None
 
     def route(self, votes, activations):
         raise NotImplementedError(

@@ -1,4 +1,5 @@
-"""Attaches a hand-written backward pass to a routing loop, on every backend."""
+"""Attaches a hand-written backward pass to a routing loop, on every backend,
+and says when one may run."""
 
 import keras
 from keras import ops
@@ -44,3 +45,26 @@ def with_backward(forward, backward, inputs):
         return output, grad
 
     return route(*inputs)
+
+
+def runs_manual_backward(backward):
+    """`backward == "manual"`, except while torch traces a model for export.
+
+    torch's exporters (the ONNX tracer, `torch.export`) cannot record the
+    custom autograd function of a hand-written backward whose inputs
+    include the router's weights, and an exported model needs no gradient:
+    there the routers run their plain forward loop (the same numbers).
+
+    Args:
+        backward: the router's `backward` option.
+
+    Returns:
+        whether to route through the hand-written backward.
+    """
+    if backward != "manual":
+        return False
+    if keras.backend.backend() != "torch":
+        return True
+    import torch  # only on the torch backend
+
+    return not (torch.jit.is_tracing() or torch.compiler.is_exporting())

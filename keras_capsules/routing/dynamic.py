@@ -3,19 +3,19 @@
 import keras
 from keras import ops
 
-from keras_capsules.conv import xla_compiles
 from keras_capsules.ops import safe_norm, squash
 from keras_capsules.routing import dynamic_backward
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
 from keras_capsules.validation import one_of, positive_float, positive_int
+from keras_capsules.xla_hint import XlaHinted, xla_compiles
 
 AGREEMENTS = ("dot", "cosine", "euclidean")
 BACKWARDS = ("manual", "autodiff")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class DynamicRouting(Router):
+class DynamicRouting(XlaHinted, Router):
     """Dynamic routing by agreement.
 
     With votes `u[b, i, j, :]` of child `i` for parent `j`:
@@ -55,16 +55,11 @@ class DynamicRouting(Router):
             (`keras_capsules.routing.dynamic_backward`): it keeps only the
             votes and `(batch, out_caps, in_caps)`-sized tensors per
             iteration and writes the votes' gradient as one batched
-            matmul. Measured on CPU (`benchmarks/memory.py`, a training
-            step of one `Capsule` layer): on TensorFlow without XLA it
-            peaks at 5.5 instead of 8.1 vote-sized buffers and runs in
-            0.6x the time; on torch it runs in 0.54x the time and holds
-            about one vote-sized buffer more (6.2 against 5.6); under XLA
-            (JAX, TensorFlow with `jit_compile=True`) time and memory
-            match autodiff. `"autodiff"` lets the backend differentiate the loop.
-            Both give the same gradients (to float32 rounding).
-        **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
-            arguments (`name`, `dtype`).
+            matmul. `"autodiff"` lets the backend differentiate the loop.
+            Both give the same gradients (to float32 rounding); the time
+            and memory of each are measured in `docs/performance.md`. A
+            speed option: not saved in the config.
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Call arguments:
         votes: `u`, `(batch, in_caps, out_caps, dim)`.
@@ -107,9 +102,6 @@ class DynamicRouting(Router):
         self.step_size = positive_float(step_size, "step_size")
         self.stop_gradient = bool(stop_gradient)
         self.backward = one_of(backward, BACKWARDS, "backward")
-        # Whether XLA compiles the routing (keras_capsules.conv.set_xla); a
-        # runtime hint for the form of the hand-written backward, never saved.
-        self.xla = None
 
     def route(self, votes, activations):
         del activations  # Dynamic routing does not use child activations.
@@ -168,6 +160,5 @@ class DynamicRouting(Router):
             agreement=self.agreement,
             step_size=self.step_size,
             stop_gradient=self.stop_gradient,
-            backward=self.backward,
         )
         return config

@@ -5,12 +5,12 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules.conv import xla_compiles
 from keras_capsules.routing import em_backward
 from keras_capsules.routing.base import Router
+from keras_capsules.routing.custom_backward import runs_manual_backward
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
-from keras_capsules.routing.tracing import runs_manual_backward
 from keras_capsules.validation import is_real, one_of, positive_float, positive_int
+from keras_capsules.xla_hint import XlaHinted, xla_compiles
 
 # Added to the summed assignment weights so a parent that receives nothing
 # divides by a positive number.
@@ -19,7 +19,7 @@ BACKWARDS = ("manual", "autodiff")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class EMRouting(Router):
+class EMRouting(XlaHinted, Router):
     """Expectation-maximisation routing between capsule layers.
 
     Each parent `j` is a Gaussian with mean `mu` and diagonal variance `var`
@@ -69,9 +69,9 @@ class EMRouting(Router):
             deviations at a time and writes the votes' gradient once.
             `"autodiff"` lets the backend differentiate the loop. Both give
             the same gradients (to float32 rounding); the memory and time
-            of each are measured in the README.
-        **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
-            arguments (`name`, `dtype`).
+            of each are measured in `docs/performance.md`. A speed option:
+            not saved in the config.
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
 
     `beta_u` and `beta_a` are the router's own per-parent offsets (zeros,
     no regularizer or constraint arguments: they are not kernels).
@@ -115,9 +115,6 @@ class EMRouting(Router):
         self.inverse_temperature = _check_inverse_temperature(inverse_temperature, self.iterations)
         self.epsilon = positive_float(epsilon, "epsilon")
         self.backward = one_of(backward, BACKWARDS, "backward")
-        # Whether XLA compiles the routing (keras_capsules.conv.set_xla); a
-        # runtime hint for the form of the hand-written backward, never saved.
-        self.xla = None
 
     weight_axes = (2,)  # beta_u, beta_a: (out_caps,)
 
@@ -201,7 +198,6 @@ class EMRouting(Router):
             if isinstance(temperature, tuple)
             else temperature,
             epsilon=self.epsilon,
-            backward=self.backward,
         )
         return config
 

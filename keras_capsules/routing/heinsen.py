@@ -61,8 +61,7 @@ class HeinsenRouting(Router):
             (the author's `eps`, 1e-5).
         share_weights: one `beta_use`, `beta_ign` per parent for all
             children, `(1, out_caps)`; any `in_caps` is then accepted.
-        **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
-            arguments (`name`, `dtype`).
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
 
     `beta_use` and `beta_ign` are the router's own weights (zeros, no
     regularizer or constraint arguments: they are not kernels).

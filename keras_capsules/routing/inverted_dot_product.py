@@ -3,20 +3,20 @@
 import keras
 from keras import ops
 
-from keras_capsules.conv import xla_compiles
 from keras_capsules.ops import squash_length
 from keras_capsules.routing import inverted_dot_product_backward
 from keras_capsules.routing.base import Router
+from keras_capsules.routing.custom_backward import runs_manual_backward
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
-from keras_capsules.routing.tracing import runs_manual_backward
 from keras_capsules.validation import one_of, positive_float, positive_int
+from keras_capsules.xla_hint import XlaHinted, xla_compiles
 
 LAYER_NORM_EPSILON = 1e-5
 BACKWARDS = ("manual", "autodiff")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class InvertedDotProductRouting(Router):
+class InvertedDotProductRouting(XlaHinted, Router):
     """Inverted dot-product attention routing.
 
     Parents compete for children (softmax over parents), agreement is a
@@ -55,9 +55,9 @@ class InvertedDotProductRouting(Router):
             keeps only `(batch, out_caps, in_caps)`- and `(batch, out_caps,
             dim)`-sized tensors per iteration and writes the votes'
             gradient once; `"autodiff"` lets the backend differentiate the
-            loop. Both give the same gradients (to float32 rounding).
-        **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
-            arguments (`name`, `dtype`).
+            loop. Both give the same gradients (to float32 rounding). A
+            speed option: not saved in the config.
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
 
     The scale and offset are the router's own LayerNorm weights (no
     initializer, regularizer or constraint arguments: they are not
@@ -91,9 +91,6 @@ class InvertedDotProductRouting(Router):
         self.iterations = positive_int(iterations, "iterations")
         self.temperature = positive_float(temperature, "temperature")
         self.backward = one_of(backward, BACKWARDS, "backward")
-        # Whether XLA compiles the routing (keras_capsules.conv.set_xla); a
-        # runtime hint for the form of the hand-written backward, never saved.
-        self.xla = None
 
     weight_axes = (3,)  # the LayerNorm scale and offset: (dim,)
     fixed_length_poses = True
@@ -150,7 +147,5 @@ class InvertedDotProductRouting(Router):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            iterations=self.iterations, temperature=self.temperature, backward=self.backward
-        )
+        config.update(iterations=self.iterations, temperature=self.temperature)
         return config

@@ -3,19 +3,19 @@
 import keras
 from keras import ops
 
-from keras_capsules.conv import xla_compiles
 from keras_capsules.ops import efficient_squash, safe_norm
 from keras_capsules.routing import self_attention_backward
 from keras_capsules.routing.base import Router
+from keras_capsules.routing.custom_backward import runs_manual_backward
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
-from keras_capsules.routing.tracing import runs_manual_backward
 from keras_capsules.validation import one_of, positive_float
+from keras_capsules.xla_hint import XlaHinted, xla_compiles
 
 BACKWARDS = ("manual", "autodiff")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class SelfAttentionRouting(Router):
+class SelfAttentionRouting(XlaHinted, Router):
     """Non-iterative self-attention routing.
 
     With votes `u[b, i, j, :]` (`dim` = pose size):
@@ -41,9 +41,8 @@ class SelfAttentionRouting(Router):
             (`keras_capsules.routing.self_attention_backward`) that writes
             the votes' gradient once; `"autodiff"` lets the backend
             differentiate it. Both give the same gradients (to float32
-            rounding).
-        **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
-            arguments (`name`, `dtype`).
+            rounding). A speed option: not saved in the config.
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
 
     `B` is the router's own weight (zeros, no regularizer or constraint
     arguments: it is not a kernel).
@@ -73,9 +72,6 @@ class SelfAttentionRouting(Router):
         self.temperature = positive_float(temperature, "temperature")
         self.use_priors = bool(use_priors)
         self.backward = one_of(backward, BACKWARDS, "backward")
-        # Whether XLA compiles the routing (keras_capsules.conv.set_xla); a
-        # runtime hint for the form of the hand-written backward, never saved.
-        self.xla = None
 
     @property
     def weight_axes(self):
@@ -116,7 +112,5 @@ class SelfAttentionRouting(Router):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            temperature=self.temperature, use_priors=self.use_priors, backward=self.backward
-        )
+        config.update(temperature=self.temperature, use_priors=self.use_priors)
         return config

@@ -36,8 +36,7 @@ class SelfRouting(Router):
     `routing_bias`; zeros, no regularizer or constraint arguments).
 
     Args:
-        **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
-            arguments (`name`, `dtype`).
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Call arguments:
         votes: `u`, `(batch, in_caps, out_caps, dim)`.

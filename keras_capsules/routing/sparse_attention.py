@@ -34,8 +34,7 @@ class SparseAttentionRouting(Router):
         top_k: `None` for sparsemax, or the number of parents each child
             routes to, `1 <= top_k <= out_caps`.
         temperature: divides the logits, `> 0`.
-        **kwargs: `remat` (see `Router`) and `keras.layers.Layer`
-            arguments (`name`, `dtype`).
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Call arguments:
         votes: `u`, `(batch, in_caps, out_caps, dim)`.

@@ -84,7 +84,7 @@ def test_load_authors_weights_sets_every_weight(tmp_path):
     path = write_keras2_weights(tmp_path / "weights.h5", weights)
     model = smallnorb_model()
     model.load_authors_weights(str(path))
-    variables = model._authors_variables()
+    variables = escvm.model_variables(model)
     assert len(variables) == 30
     for key, value in escvm.smallnorb_weights(weights).items():
         np.testing.assert_array_equal(to_numpy(variables[key]), value, err_msg=key)

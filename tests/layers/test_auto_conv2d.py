@@ -1,11 +1,11 @@
-"""AutoConv2D: its implementations against keras.layers.Conv2D; StridedConv2D,
-its old name."""
+"""AutoConv2D: its implementations against keras.layers.Conv2D, and
+implementation as a speed option that configs do not keep."""
 
 import keras
 import numpy as np
 import pytest
 
-from keras_capsules.layers import AutoConv2D, StridedConv2D
+from keras_capsules.layers import AutoConv2D
 from tests.test_case import LayerTestCase, to_numpy
 
 IMAGES = np.random.default_rng(0).normal(size=(2, 9, 9, 3)).astype("float32")
@@ -63,16 +63,15 @@ class TestAutoConv2D(LayerTestCase):
         assert AutoConv2D.from_config(layer.get_config()).xla is None
 
 
-def test_strided_conv2d_is_the_old_name_and_keeps_loading(tmp_path):
-    """Files written with StridedConv2D load as StridedConv2D, with their
-    weights (Keras names a model's layer weights after the layer class)."""
-    layer = StridedConv2D(4, 3, strides=2, implementation="matmul")
-    assert isinstance(layer, AutoConv2D)
-    assert keras.saving.get_registered_object("keras_capsules>StridedConv2D") is StridedConv2D
+def test_implementation_is_a_speed_option_not_saved(tmp_path):
+    """A layer saved with `implementation="matmul"` loads with `"auto"`, the
+    fastest form where it is loaded, and computes the same outputs."""
+    layer = AutoConv2D(4, 3, strides=2, implementation="matmul")
+    assert "implementation" not in layer.get_config()
     images = keras.Input(IMAGES.shape[1:])
     model = keras.Model(images, layer(images))
-    path = str(tmp_path / "strided.keras")
+    path = str(tmp_path / "auto_conv2d.keras")
     model.save(path)
-    loaded = keras.saving.load_model(path)
-    assert type(loaded.layers[1]) is StridedConv2D
-    np.testing.assert_allclose(to_numpy(loaded(IMAGES)), to_numpy(model(IMAGES)), atol=1e-6)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    assert loaded.layers[1].implementation == "auto"
+    np.testing.assert_allclose(to_numpy(loaded(IMAGES)), to_numpy(model(IMAGES)), atol=1e-5)

@@ -24,7 +24,7 @@ class TestHeinsenCapsule(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(
             kc.HeinsenCapsule,
-            {"num_capsules": 3, "capsule_dim": 2, "iterations": 2},
+            {"num_capsules": 3, "capsule_dim": 2, "router": kc.HeinsenRouting(iterations=2)},
             [POSES, SCORES],
             ((2, 3, 3, 2), (2, 3)),
             expected_num_trainable_weights=4,
@@ -70,13 +70,27 @@ class TestHeinsenCapsule(LayerTestCase):
         "kwargs, message",
         [
             ({"num_capsules": 0, "capsule_dim": 2}, "Received: num_capsules=0"),
-            ({"num_capsules": 3, "capsule_dim": 2, "iterations": 0}, "Received: iterations=0"),
-            ({"num_capsules": 3, "capsule_dim": 2, "epsilon": -1}, "Received: epsilon=-1"),
+            ({"num_capsules": 3, "capsule_dim": 2, "share_weights": 1}, "share_weights=1"),
+            ({"num_capsules": 3, "capsule_dim": 2, "router": "dynamic"}, "router=Dyn"),
+            (
+                {"num_capsules": 3, "capsule_dim": 2, "router": "em", "return_variances": True},
+                "router=EM",
+            ),
         ],
     )
     def test_argument_errors(self, kwargs, message):
         with pytest.raises(ValueError, match=message):
             kc.HeinsenCapsule(**kwargs)
+
+    def test_router_is_the_authors_by_default_and_any_heinsen_router_serves(self):
+        default = kc.HeinsenCapsule(3, 2, share_weights=True).router
+        assert type(default) is kc.HeinsenRouting and default.share_weights
+        assert (default.iterations, default.epsilon) == (3, 1e-5)
+        router = {"class_name": "heinsen", "config": {"iterations": 1}}
+        layer = kc.HeinsenCapsule(3, 2, router=router)
+        assert layer.router.iterations == 1 and not layer.router.share_weights
+        restored = kc.HeinsenCapsule.from_config(layer.get_config())
+        assert restored.router.iterations == 1
 
     def test_shape_errors(self):
         with pytest.raises(ValueError, match="d_cov, d_inp"):

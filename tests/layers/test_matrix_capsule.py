@@ -1,7 +1,5 @@
 """The matrix-capsule layers: shapes, votes, coordinate addition, config, training, errors."""
 
-import warnings
-
 import keras
 import numpy as np
 import pytest
@@ -61,12 +59,6 @@ class TestPrimaryMatrixCapsule(LayerTestCase):
     def test_errors(self):
         with pytest.raises(ValueError, match="num_capsules=0"):
             PrimaryMatrixCapsule(0)
-        with pytest.raises(ValueError, match="pose_shape"):
-            PrimaryMatrixCapsule(2, pose_shape=(4, 0))
-        # The matrix layers take 4x4 poses only.
-        with pytest.raises(ValueError, match=r"Received: pose_shape=\(3, 3\)"):
-            PrimaryMatrixCapsule(2, pose_shape=(3, 3))
-        assert PrimaryMatrixCapsule(2, pose_shape=[4, 4]).pose_shape == (4, 4)
         with pytest.raises(ValueError, match="ndim=4"):
             PrimaryMatrixCapsule(2)(keras.Input((5, 5)))
         with pytest.raises(ValueError, match="kernel_size"):
@@ -187,12 +179,3 @@ def test_class_matrix_capsule_takes_num_capsules_only():
         keras_capsules.ClassMatrixCapsule(3, num_classes=3)
     config = keras_capsules.ClassMatrixCapsule(3).get_config()
     assert config["num_capsules"] == 3 and "num_classes" not in config
-
-
-def test_class_matrix_capsule_old_config_loads_silently():
-    config = keras_capsules.ClassMatrixCapsule(3).get_config()
-    config["num_classes"] = config.pop("num_capsules")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        layer = keras_capsules.ClassMatrixCapsule.from_config(config)
-    assert layer.num_capsules == 3

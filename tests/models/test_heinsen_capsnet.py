@@ -19,7 +19,13 @@ WEIGHTS, needs_authors_weights = authors_weights(
 )
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "heinsen_smallnorb.npz")
 # (32, 32) images: a 1 x 1 grid of parts after the six convolutions.
-SMALL = dict(input_shape=(32, 32, 2), num_classes=3, parts=4, channels=8, iterations=2)
+SMALL = dict(
+    input_shape=(32, 32, 2),
+    num_classes=3,
+    parts=4,
+    channels=8,
+    router={"class_name": "heinsen", "config": {"iterations": 2}},
+)
 
 
 def _images(count=2, shape=(32, 32, 2), seed=0):

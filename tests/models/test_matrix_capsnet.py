@@ -2,7 +2,6 @@
 
 import os
 import tempfile
-import warnings
 
 import keras
 import numpy as np
@@ -14,7 +13,10 @@ from tests.models.test_base import check_compile_auto_and_xla_hint, check_policy
 from tests.test_case import jit_compile_for_backend
 
 # One EM iteration keeps XLA compilation short; the layer tests route with 2.
-TINY = dict(conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, iterations=1)
+ONE_ITERATION = {"class_name": "em", "config": {"iterations": 1}}
+TINY = dict(
+    conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=2, router=ONE_ITERATION
+)
 # XLA on TF costs minutes of compilation even for the tiny net; the margin
 # inside XLA steps on TF is tested in tests/test_callbacks.py, the layers'
 # XLA train steps in tests/layers/test_matrix_capsule.py. JAX compiles
@@ -79,7 +81,7 @@ def test_fit_with_margin_schedule_then_keras_round_trip():
 
 
 def test_compiled_loss_gets_one_hot_labels_and_router_swaps_everywhere():
-    model = MatrixCapsNet(**TINY, router=kc.routing.SelfRouting())
+    model = MatrixCapsNet(**dict(TINY, router=kc.routing.SelfRouting()))
     routers = [
         model.network.get_layer(name).router
         for name in ("conv_capsules1", "conv_capsules2", "class_capsules")
@@ -119,7 +121,7 @@ def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="conv_filters=0"):
         MatrixCapsNet(conv_filters=0)
     with pytest.raises(ValueError, match="iterations=0"):
-        MatrixCapsNet(iterations=0)
+        MatrixCapsNet(router={"class_name": "em", "config": {"iterations": 0}})
     with pytest.raises(ValueError, match="router"):
         MatrixCapsNet(router="emm")
     with pytest.raises(ValueError, match="implementation='fft'"):
@@ -131,39 +133,23 @@ def test_bad_arguments_raise_value_errors():
 
 
 SIZES = dict(conv_filters=4, primary_capsules=2, conv_capsules1=2, conv_capsules2=3)
-PAPER_SIZES = dict(A=4, B=2, C=2, D=3)
 
 
-def test_matrix_capsnet_takes_no_paper_letters():
-    """The 0.1.0 keywords A-D are gone from the constructor (CHANGELOG)."""
-    model = kc.MatrixCapsNet(**SIZES, iterations=1)
+def test_sizes_and_router_are_in_the_config():
+    model = kc.MatrixCapsNet(**SIZES, router=ONE_ITERATION)
     config = model.get_config()
     assert {k: config[k] for k in SIZES} == SIZES
     assert model.network.get_layer("conv").filters == 4
     assert model.network.get_layer("conv_capsules2").num_capsules == 3
-    with pytest.raises(ValueError, match="conv_filters=0"):
-        kc.MatrixCapsNet(conv_filters=0)
-    with pytest.raises((TypeError, ValueError), match="A"):
-        kc.MatrixCapsNet(A=4)
-
-
-def test_matrix_capsnet_old_config_loads_silently():
-    model = kc.MatrixCapsNet(**SIZES, iterations=1)
-    config = model.get_config()
-    for old, new in zip(PAPER_SIZES, SIZES):
-        config[old] = config.pop(new)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        restored = kc.MatrixCapsNet.from_config(config)
-    assert restored.count_params() == model.count_params()
-    assert restored.get_config() == model.get_config()
-
-
-def test_new_names_raise_no_deprecation_warning():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        kc.MatrixCapsNet(**SIZES, iterations=1)
-        kc.ClassMatrixCapsule(2)
+    routers = [model.network.get_layer(n).router for n in ("conv_capsules1", "class_capsules")]
+    assert all(r.iterations == 1 for r in routers) and routers[0] is not routers[1]
+    assert "implementation" not in config and "iterations" not in config
+    restored = kc.MatrixCapsNet.from_config(config)
+    assert restored.get_config() == config
+    # The default: EM routing with 3 iterations in every capsule layer.
+    default = kc.MatrixCapsNet(**SIZES)
+    assert default.get_config()["router"] is None
+    assert default.network.get_layer("conv_capsules1").router.iterations == 3
 
 
 @pytest.mark.parametrize("given_as", ["argument", "global"])

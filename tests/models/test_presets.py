@@ -73,22 +73,36 @@ def test_download_checks_the_pinned_hash(tmp_path, monkeypatch):
     # A file:// origin stands in for GitHub: get_file downloads and checks it.
     fake = tmp_path / "smallNORB_pretrained_model_state_dict.pt"
     fake.write_bytes(b"not the authors' file")
-    spec = presets.PRESETS["heinsen_smallnorb"]
+    spec, cls = presets._REGISTRY["heinsen_smallnorb"]
     monkeypatch.setitem(
-        presets.PRESETS,
+        presets._REGISTRY,
         spec.name,
-        presets.dataclasses.replace(spec, url=pathlib.Path(fake).as_uri()),
+        (presets.dataclasses.replace(spec, url=pathlib.Path(fake).as_uri()), cls),
     )
     with pytest.raises(ValueError, match="(?i)hash"):
         models.from_preset("heinsen_smallnorb", cache_dir=str(tmp_path / "cache"))
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="the same numbers on every backend: run on torch")
-@pytest.mark.parametrize("name", sorted(presets.PRESETS))
+@pytest.mark.parametrize("name", sorted(models.list_presets()))
 def test_listed_parameters_are_the_models(name):
-    spec = presets.PRESETS[name]
-    model = getattr(models, spec.model)(**spec.config)
-    assert model.count_params() == spec.parameters
+    spec = models.list_presets()[name]
+    model = getattr(models, spec["model"])(**spec["config"])
+    assert model.count_params() == spec["parameters"]
+
+
+def test_each_model_registers_its_presets_beside_it():
+    assert {name: spec["model"] for name, spec in models.list_presets().items()} == {
+        "efficient_capsnet_smallnorb": "EfficientCapsNet",
+        "heinsen_smallnorb": "HeinsenCapsNet",
+    }
+    spec, cls = presets._REGISTRY["heinsen_smallnorb"]
+    with pytest.raises(ValueError, match="is for HeinsenCapsNet"):
+        presets.register_presets([spec], models.EfficientCapsNet)
+    other = presets.dataclasses.replace(spec, description="another")
+    with pytest.raises(ValueError, match="Another preset is registered as 'heinsen_smallnorb'"):
+        presets.register_presets([other], cls)
+    presets.register_presets([spec], cls)  # the same again: nothing changes
 
 
 HEINSEN_WEIGHTS, needs_heinsen_weights = authors_weights(

@@ -13,6 +13,9 @@ from tests.test_case import BACKEND, to_numpy
 
 SIZE = 16
 
+ONE_ITERATION = {"class_name": "dynamic", "config": {"iterations": 1}}
+TWO_ITERATIONS = {"class_name": "dynamic", "config": {"iterations": 2}}
+
 
 def squares(count, size=SIZE, seed=0, classes=1):
     """Noisy images of one bright rectangle per class, and its masks."""
@@ -31,7 +34,7 @@ def test_parameter_count_is_the_papers():
     """SegCaps R3 on one-channel images: 1.4 M parameters (the paper),
     whatever the image size."""
     assert kc.models.SegCaps((16, 16, 1)).count_params() == 1_425_649
-    assert kc.models.SegCaps((32, 24, 1), iterations=1).count_params() == 1_425_649
+    assert kc.models.SegCaps((32, 24, 1), router=ONE_ITERATION).count_params() == 1_425_649
     # A class more: one more 16D segmentation capsule type (1x1 kernel and
     # bias) and a decoder input of 32 channels.
     assert kc.models.SegCaps((16, 16, 1), num_classes=2).count_params() == (
@@ -50,7 +53,7 @@ def jitted(function):
 
 
 def test_outputs_and_reconstructions():
-    model = kc.models.SegCaps((SIZE, SIZE, 3), num_classes=2, iterations=1)
+    model = kc.models.SegCaps((SIZE, SIZE, 3), num_classes=2, router=ONE_ITERATION)
     images = np.random.default_rng(0).uniform(size=(2, SIZE, SIZE, 3)).astype("float32")
     scores, poses = jitted(lambda x: model(x, return_poses=True))(images)
     assert tuple(scores.shape) == (2, SIZE, SIZE, 2) and tuple(poses.shape) == (
@@ -71,16 +74,16 @@ def test_outputs_and_reconstructions():
 
 
 def test_integer_class_maps_are_masks():
-    model = kc.models.SegCaps((SIZE, SIZE, 1), num_classes=2, iterations=1)
+    model = kc.models.SegCaps((SIZE, SIZE, 1), num_classes=2, router=ONE_ITERATION)
     ids = np.array([[[0, 1], [2, 1]]])
-    masks = to_numpy(model.class_targets(ids))
+    masks = to_numpy(model.targets(ids))
     np.testing.assert_array_equal(masks[0, 1, 0], [0, 1])
     np.testing.assert_array_equal(masks[0, 0, 0], [0, 0])
     np.testing.assert_array_equal(masks[0, 0, 1], [1, 0])
 
 
 def test_loss_is_the_papers_and_includes_the_masked_reconstruction():
-    model = kc.models.SegCaps((SIZE, SIZE, 1), iterations=1, positive_weight=3.0)
+    model = kc.models.SegCaps((SIZE, SIZE, 1), router=ONE_ITERATION, positive_weight=3.0)
     model.compile()
     images, masks = squares(2)
 
@@ -126,7 +129,7 @@ def test_learns_with_the_defaults_and_saves():
     "kwargs, message",
     [
         ({"input_shape": (20, 16, 1)}, r"divisible by 8.*input_shape=\(20, 16, 1\)"),
-        ({"iterations": 0}, "Received: iterations=0"),
+        ({"router": {"class_name": "dynamic", "config": {"iterations": 0}}}, "iterations=0"),
         ({"positive_weight": -1.0}, "Received: positive_weight=-1.0"),
         ({"reconstruction_weight": -0.1}, "Received: reconstruction_weight=-0.1"),
         ({"num_classes": 0}, "Received: num_classes=0"),
@@ -139,12 +142,12 @@ def test_bad_arguments(kwargs, message):
 
 
 def test_bad_masks_are_named():
-    model = kc.models.SegCaps((SIZE, SIZE, 1), iterations=1)
+    model = kc.models.SegCaps((SIZE, SIZE, 1), router=ONE_ITERATION)
     model.compile()
     images, _ = squares(2)
     with pytest.raises(ValueError, match=r"Received: y.shape=\(2, 8, 8, 1\)"):
         model.fit(images, np.zeros((2, 8, 8, 1)), verbose=0)
-    no_decoder = kc.models.SegCaps((SIZE, SIZE, 1), iterations=1, reconstruction_weight=0)
+    no_decoder = kc.models.SegCaps((SIZE, SIZE, 1), router=ONE_ITERATION, reconstruction_weight=0)
     assert no_decoder.decoder is None
     with pytest.raises(ValueError, match="reconstruction_weight=0"):
         no_decoder.decode(np.zeros((2, SIZE, SIZE, 1, 16), "float32"), np.ones((2, SIZE, SIZE, 1)))
@@ -152,7 +155,7 @@ def test_bad_masks_are_named():
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_is_finite(policy):
-    model = kc.models.SegCaps((SIZE, SIZE, 1), iterations=2, dtype=policy)
+    model = kc.models.SegCaps((SIZE, SIZE, 1), router=TWO_ITERATIONS, dtype=policy)
     images, masks = squares(4)
     scores = jitted(model)(images)
     assert keras.backend.standardize_dtype(scores.dtype) == policy.split("_")[1]

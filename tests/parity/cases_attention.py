@@ -10,7 +10,7 @@ def _votes_and_priors(rng):
 
 
 # The default hand-written backward pass, and the backend's automatic
-# differentiation (tests/routing/test_self_attention_backward.py compares
+# differentiation (tests/routing/test_backward.py compares
 # the two in every compile mode and option).
 for _temperature, _backward in ((0.5, "manual"), (1.0, "manual"), (0.5, "autodiff")):
     register(
@@ -140,7 +140,7 @@ def _inverted_inputs(rng):
 
 
 # The default hand-written backward pass, and the backend's automatic
-# differentiation (tests/routing/test_inverted_dot_product_backward.py
+# differentiation (tests/routing/test_backward.py
 # compares the two in every compile mode).
 for _iterations, _temperature, _backward in (
     (1, 1.0, "manual"),

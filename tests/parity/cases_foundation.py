@@ -61,7 +61,7 @@ for _agreement, _iterations, _temperature, _stop in itertools.product(
 
 # The rows above run the default hand-written backward pass; these run a
 # step size other than 1 through it, and the backend's automatic
-# differentiation (tests/routing/test_dynamic_backward.py compares the two
+# differentiation (tests/routing/test_backward.py compares the two
 # in every compile mode and option).
 for _agreement, _stop, _backward, _step in (
     *((a, False, "manual", 0.5) for a in ("dot", "cosine", "euclidean")),
@@ -146,7 +146,7 @@ for _impl, _padding, _strides in itertools.product(
     )
 
 
-# StridedConv2D: Keras's Conv2D with the strided conv as slices + one matmul,
+# AutoConv2D: Keras's Conv2D with the strided conv as slices + one matmul,
 # with the kernel gradient as a matmul (hybrid), or as a stride-1 conv of
 # stride-sized blocks (space_to_depth).
 for _impl, _padding in itertools.product(
@@ -156,7 +156,7 @@ for _impl, _padding in itertools.product(
         Case(
             name=f"strided-conv2d-{_impl}-{_padding}-s21",
             inputs=_primary_inputs,
-            build=lambda impl=_impl, padding=_padding: keras_capsules.layers.StridedConv2D(
+            build=lambda impl=_impl, padding=_padding: keras_capsules.layers.AutoConv2D(
                 8, 3, strides=(2, 1), padding=padding, implementation=impl
             ),
             reference=lambda a, padding=_padding: [

@@ -79,7 +79,7 @@ register(
         name="heinsen-capsule",
         inputs=_capsule_inputs,
         build=lambda: keras_capsules.layers.HeinsenCapsule(
-            3, 2, iterations=2, return_variances=True
+            3, 2, router=keras_capsules.routing.HeinsenRouting(iterations=2), return_variances=True
         ),
         reference=_capsule_reference,
         forward=lambda layer, t: list(stateless(layer, t, [t["poses"], t["scores"]])),

@@ -59,7 +59,7 @@ _register_em("it2-pose16", dim=16, iterations=2)
 _register_em("it3-pose16", dim=16, iterations=3, tolerance=POSE16_TOLERANCE)
 _register_em("it2-no-activations", with_activations=False, iterations=2)
 # The rows above run the default hand-written backward pass; these the
-# backend's automatic differentiation (tests/routing/test_em_backward.py
+# backend's automatic differentiation (tests/routing/test_backward.py
 # compares the two in every compile mode and option).
 _register_em("it3", iterations=3, backward="autodiff")
 _register_em("it2-no-activations", with_activations=False, iterations=2, backward="autodiff")

@@ -120,13 +120,24 @@ def test_model_router_names_round_trip():
         assert all(type(r) is expected for r in routers)
 
 
-def test_router_config_with_build_config_still_loads():
-    # Files saved before the layers dropped the router's build_config.
+def test_a_router_config_holds_no_build_config():
+    # The layer that owns a router builds it (Router.get_build_config).
     layer = kc.Capsule(3, 4, router=kc.SelfRouting())
     layer.build((None, 5, 4))
-    config = layer.get_config()
-    config["router"] = keras.saving.serialize_keras_object(layer.router)
-    assert "build_config" in config["router"]
-    restored = kc.Capsule.from_config(config)
+    assert layer.router.built
+    assert "build_config" not in keras.saving.serialize_keras_object(layer.router)
+    restored = kc.Capsule.from_config(layer.get_config())
     assert restored(np.ones((2, 5, 4), "float32")).shape == (2, 3, 4)
     assert len(restored.weights) == len(layer.weights)
+
+
+def test_clone_is_a_new_unbuilt_router_with_the_same_config():
+    router = kc.EMRouting(iterations=2)
+    router.build((None, 6, 3, 16), (None, 6))
+    copy = routing.clone(router, epsilon=1e-3)
+    assert type(copy) is kc.EMRouting and not copy.built
+    assert (copy.iterations, copy.epsilon) == (2, 1e-3)
+    assert copy.name != router.name
+    assert routing.clone("dynamic").iterations == 3
+    with pytest.raises(ValueError, match="Received: router=None"):
+        routing.clone(None)

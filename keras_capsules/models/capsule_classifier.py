@@ -53,12 +53,12 @@ class CapsuleClassifier(CapsuleModel):
     it builds, and saved in `get_config`, so a model keeps its policy
     after a `.keras` round trip whatever the global policy is then.
 
-    Subclasses pass the base arguments to `__init__`, then call
-    `self.set_capsules(features, digit_capsules)` with `features` (a
+    Subclasses pass the base arguments to `__init__` by keyword, then
+    call `self.set_capsules(features, digit_capsules)` with `features` (a
     model: images -> child capsules `(batch, children, dim)`, taking
     `training`; a subclass that overrides `child_capsules` may feed it
-    something else, as `BackboneCapsNet` feeds it the backbone's feature
-    map) and `digit_capsules` (a `keras_capsules.layers.Capsule` with one
+    something else, as `CapsuleImageClassifier` feeds it the backbone's
+    feature map) and `digit_capsules` (a `keras_capsules.layers.Capsule` with one
     capsule per class), each of their layers made with
     `dtype=self.dtype_policy`; they extend `get_config`. `child_capsules`
     and `encode` may be overridden; `call`, `train_step`, `test_step`,
@@ -115,7 +115,7 @@ class CapsuleClassifier(CapsuleModel):
         labels_per_image=1,
         **kwargs,
     ):
-        super().__init__(input_shape, num_classes, labels_per_image, **kwargs)
+        super().__init__(input_shape, num_classes, labels_per_image=labels_per_image, **kwargs)
         self.reconstruction = bool(reconstruction)
         self.reconstruction_weight = non_negative_float(
             reconstruction_weight, "reconstruction_weight"

@@ -2,10 +2,10 @@
 
 import keras
 
+from keras_capsules import routing
 from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
-from keras_capsules.models.base import CapsuleClassifier
-from keras_capsules.routing.layer_router import serialize_router
+from keras_capsules.models.capsule_classifier import CapsuleClassifier
 from keras_capsules.validation import int_tuple, positive_int
 
 
@@ -15,9 +15,9 @@ class CapsuleImageClassifier(CapsuleClassifier):
 
     ```
     images -> backbone (any Keras model or layer: images -> (h, w, c) map)
-           -> PrimaryCapsule(primary_capsules, capsule_dim, primary_kernel_size)
+           -> PrimaryCapsule(primary_capsules, primary_dim, primary_kernel_size)
               (h' * w' * primary_capsules capsules, squashed)
-           -> Capsule(num_classes, class_capsule_dim, router) -> lengths (scores)
+           -> Capsule(num_classes, capsule_dim, router) -> lengths (scores)
     loss:  compiled loss (MarginLoss() if none)
            + reconstruction_weight * mean((decoder(mask(poses, y)) - x)^2)
              (only with reconstruction=True)
@@ -43,8 +43,8 @@ class CapsuleImageClassifier(CapsuleClassifier):
             (`keras_capsules.routing.get`); default `DynamicRouting()` (3
             iterations).
         primary_capsules: primary capsule types per position.
-        capsule_dim: dimension of the primary capsules.
-        class_capsule_dim: dimension of the class capsules.
+        primary_dim: dimension of the primary capsules.
+        capsule_dim: dimension of the class capsules.
         primary_kernel_size, primary_strides: the primary capsules' conv.
         reconstruction: build the decoder and add its loss (off by
             default, see above).
@@ -69,7 +69,7 @@ class CapsuleImageClassifier(CapsuleClassifier):
     >>> backbone = keras.Sequential([keras.Input((12, 12, 3)),
     ...                              keras.layers.Conv2D(8, 3, strides=2)])
     >>> model = keras_capsules.models.CapsuleImageClassifier(
-    ...     backbone, 5, primary_capsules=4, capsule_dim=4, class_capsule_dim=8)
+    ...     backbone, 5, primary_capsules=4, primary_dim=4, capsule_dim=8)
     >>> model.features.output_shape        # 5 x 5 positions x 4 capsule types
     (None, 100, 4)
     >>> tuple(model(np.zeros((2, 12, 12, 3))).shape)
@@ -89,8 +89,8 @@ class CapsuleImageClassifier(CapsuleClassifier):
         input_shape=None,
         router=None,
         primary_capsules=32,
-        capsule_dim=8,
-        class_capsule_dim=16,
+        primary_dim=8,
+        capsule_dim=16,
         primary_kernel_size=1,
         primary_strides=1,
         reconstruction=False,
@@ -111,16 +111,16 @@ class CapsuleImageClassifier(CapsuleClassifier):
         super().__init__(
             input_shape,
             num_classes,
-            reconstruction,
-            reconstruction_weight,
-            decoder_units,
-            decoder_activation,
+            reconstruction=reconstruction,
+            reconstruction_weight=reconstruction_weight,
+            decoder_units=decoder_units,
+            decoder_activation=decoder_activation,
             **kwargs,
         )
         self.backbone = backbone
         self.primary_capsules = positive_int(primary_capsules, "primary_capsules")
+        self.primary_dim = positive_int(primary_dim, "primary_dim")
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.class_capsule_dim = positive_int(class_capsule_dim, "class_capsule_dim")
         self.primary_kernel_size = int_tuple(primary_kernel_size, 2, "primary_kernel_size")
         self.primary_strides = int_tuple(primary_strides, 2, "primary_strides")
         # The features model starts at the backbone's feature map, so that
@@ -136,7 +136,7 @@ class CapsuleImageClassifier(CapsuleClassifier):
         feature_map = keras.Input(x.shape[1:])
         x = PrimaryCapsule(
             self.primary_capsules,
-            self.capsule_dim,
+            self.primary_dim,
             self.primary_kernel_size,
             strides=self.primary_strides,
             name="primary",
@@ -146,7 +146,7 @@ class CapsuleImageClassifier(CapsuleClassifier):
             keras.Model(feature_map, x, name="features"),
             Capsule(
                 self.num_classes,
-                self.class_capsule_dim,
+                self.capsule_dim,
                 router=router,
                 name="digit_capsules",
                 dtype=self.dtype_policy,
@@ -160,10 +160,10 @@ class CapsuleImageClassifier(CapsuleClassifier):
         config = super().get_config()
         config.update(
             backbone=keras.saving.serialize_keras_object(self.backbone),
-            router=serialize_router(self.digit_capsules.router),
+            router=routing.serialize(self.digit_capsules.router),
             primary_capsules=self.primary_capsules,
+            primary_dim=self.primary_dim,
             capsule_dim=self.capsule_dim,
-            class_capsule_dim=self.class_capsule_dim,
             primary_kernel_size=self.primary_kernel_size,
             primary_strides=self.primary_strides,
         )
@@ -181,24 +181,3 @@ def _known_input_shape(backbone):
             f"known image input shape. Received: backbone input shape {shape}"
         )
     return shape
-
-
-@keras.saving.register_keras_serializable(package="keras_capsules")
-class BackboneCapsNet(CapsuleImageClassifier):
-    """The old name of `CapsuleImageClassifier`, kept as an alias.
-
-    The same model: `keras_capsules>BackboneCapsNet` in `.keras` files
-    loads as this class. New code uses `CapsuleImageClassifier`.
-
-    Args:
-        *args, **kwargs: as for `CapsuleImageClassifier`.
-
-    Returns:
-        as `CapsuleImageClassifier`.
-
-    Example:
-
-    >>> issubclass(keras_capsules.models.BackboneCapsNet,
-    ...            keras_capsules.models.CapsuleImageClassifier)
-    True
-    """

@@ -2,7 +2,7 @@
 
 import pytest
 
-from keras_capsules.routing.tracing import runs_manual_backward
+from keras_capsules.routing.custom_backward import runs_manual_backward
 from tests.test_case import BACKEND
 
 

@@ -1,4 +1,4 @@
-"""BackboneCapsNet: capsules on any Keras backbone (fit, save/load, mixed precision)."""
+"""CapsuleImageClassifier: capsules on any Keras backbone (fit, save/load, mixed precision)."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import keras_capsules as kc
-from keras_capsules.models import BackboneCapsNet
+from keras_capsules.models import CapsuleImageClassifier
 from tests.models.test_base import check_policy_round_trip
 from tests.test_case import jit_compile_for_backend
 
@@ -32,12 +32,12 @@ def tiny_backbone(name="tiny_backbone"):
 def tiny_model(**kwargs):
     kwargs = {
         "primary_capsules": 2,
+        "primary_dim": 4,
         "capsule_dim": 4,
-        "class_capsule_dim": 4,
         "decoder_units": (8,),
         **kwargs,
     }
-    return BackboneCapsNet(kwargs.pop("backbone", None) or tiny_backbone(), 3, **kwargs)
+    return CapsuleImageClassifier(kwargs.pop("backbone", None) or tiny_backbone(), 3, **kwargs)
 
 
 def batch(n=8, seed=0):
@@ -62,7 +62,10 @@ def round_trip(model):
 
 def test_fit_save_load_with_decoder():
     model = tiny_model(reconstruction=True, router=kc.DynamicRouting(iterations=2))
-    assert keras.saving.get_registered_name(BackboneCapsNet) == "keras_capsules>BackboneCapsNet"
+    assert (
+        keras.saving.get_registered_name(CapsuleImageClassifier)
+        == "keras_capsules>CapsuleImageClassifier"
+    )
     # 5 x 5 positions x 2 types; classes 3, dim 4.
     assert model.features.output_shape == (None, 50, 4)
     model.compile(
@@ -79,9 +82,9 @@ def test_fit_save_load_with_decoder():
         np.abs(a - b).max() > 0 for a, b in zip(backbone_before, model.backbone.get_weights())
     )
     loaded = round_trip(model)
-    assert type(loaded) is BackboneCapsNet and isinstance(loaded.backbone, keras.Sequential)
+    assert type(loaded) is CapsuleImageClassifier and isinstance(loaded.backbone, keras.Sequential)
     assert as_json(loaded.get_config()) == as_json(model.get_config())
-    assert as_json(BackboneCapsNet.from_config(model.get_config()).get_config()) == as_json(
+    assert as_json(CapsuleImageClassifier.from_config(model.get_config()).get_config()) == as_json(
         model.get_config()
     )
     scores = keras.ops.convert_to_numpy(model(images))
@@ -173,18 +176,18 @@ def test_functional_backbone_with_unknown_image_size():
 
 def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="backbone"):
-        BackboneCapsNet("resnet50", 3)
+        CapsuleImageClassifier("resnet50", 3)
     with pytest.raises(ValueError, match=r"input_shape=\(height"):
-        BackboneCapsNet(keras.layers.Conv2D(4, 3), 3)
+        CapsuleImageClassifier(keras.layers.Conv2D(4, 3), 3)
     pooled = keras.Sequential(
         [keras.Input(SHAPE), keras.layers.Conv2D(4, 3), keras.layers.GlobalAveragePooling2D()]
     )
     with pytest.raises(ValueError, match="feature map"):
-        BackboneCapsNet(pooled, 3)
+        CapsuleImageClassifier(pooled, 3)
     with pytest.raises(ValueError, match="primary_capsules"):
         tiny_model(primary_capsules=0)
     with pytest.raises(ValueError, match="num_classes"):
-        BackboneCapsNet(tiny_backbone(), 0)
+        CapsuleImageClassifier(tiny_backbone(), 0)
 
 
 @pytest.mark.parametrize("reconstruction", [False, True])

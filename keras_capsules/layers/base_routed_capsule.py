@@ -1,0 +1,149 @@
+"""`RoutedCapsule`: the base of every capsule layer that routes votes.
+
+A routed capsule layer makes votes of its child capsules for its parents
+and hands them to a router (`keras_capsules.routing`). What differs between
+the layers is how the votes are made (one transform per child and parent,
+per window offset, a convolution, an affine map of matrices); what is the
+same is written here once: the `router=` argument, building the router for
+the votes the layer makes, calling it, and saving it in the config.
+"""
+
+import keras
+from keras import ops
+
+from keras_capsules import routing
+from keras_capsules.ops import safe_norm
+from keras_capsules.validation import positive_int
+
+
+def split_capsule_inputs(inputs):
+    """`poses` or `[poses, activations]` (tensors or shapes) -> the pair,
+    `activations` being `None` when the inputs are the poses alone.
+
+    Example:
+
+    >>> from keras_capsules.layers.base_routed_capsule import split_capsule_inputs
+    >>> split_capsule_inputs([(None, 8, 4), (None, 8)])
+    ((None, 8, 4), (None, 8))
+    >>> split_capsule_inputs((None, 8, 4))
+    ((None, 8, 4), None)
+    """
+    if (
+        isinstance(inputs, (list, tuple))
+        and len(inputs) == 2
+        and not isinstance(inputs[0], (int, type(None)))
+    ):
+        return inputs[0], inputs[1]
+    return inputs, None
+
+
+class RoutedCapsule(keras.layers.Layer):
+    """Base of the capsule layers that route their children's votes.
+
+    A subclass makes the votes `(batch, in_caps, num_capsules, dim)` of its
+    children (`in_caps` children per routing, e.g. one window's) and
+    routes them with `self.route(votes, activations)`; this base does the
+    rest:
+
+    - `router=`: a router, its name (`"dynamic"`, `"em"`, ...) or its
+      config (`keras_capsules.routing.get`); `None` takes the class's
+      `default_router`, a name or config. A name, or a short config that
+      sets no `dtype`, gets the layer's dtype policy (the router still
+      routes in float32 under mixed precision).
+    - `build_router(votes_shape, activations_shape)`, called from the
+      subclass's `build`: builds the router for the votes the layer makes;
+      a router that is already built (shared by layers, or reused) is
+      checked instead, so that a size its weights do not fit fails at build
+      time.
+    - `route(votes, activations)`: the router's poses and activations (and
+      whatever else its call arguments ask for), in the layer's compute
+      dtype. With `length_coded = True` (vector capsules, the default) a
+      pose's length is its parent's activation for every router: the poses
+      of routers whose poses have a fixed length
+      (`Router.fixed_length_poses`) are rescaled to the length of their
+      activations, and activations that are logits
+      (`Router.logit_activations`) become `sigmoid(activations)` first.
+    - `get_config`: `num_capsules` and the router's config (which holds no
+      build config: the layer builds its router, see `Router`).
+
+    Args:
+        num_capsules: int, the number of parent capsules (parent capsule
+            types, for the layers that route per position).
+        router: the router, its name or config; `None`: `default_router`.
+        **kwargs: base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: the child capsules, as the subclass defines them (poses,
+            or `[poses, activations]`).
+
+    Returns:
+        the parent capsules, as the subclass defines them; `route` gives
+        the router's `(poses, activations, ...)` in the compute dtype.
+
+    Example (a layer of the mean of its children's poses, routed):
+
+    >>> class Echo(keras_capsules.layers.RoutedCapsule):
+    ...     def build(self, input_shape):
+    ...         batch, in_caps, dim = input_shape
+    ...         self.build_router((batch, in_caps, self.num_capsules, dim), None)
+    ...     def call(self, poses):
+    ...         votes = ops.repeat(poses[:, :, None], self.num_capsules, axis=2)
+    ...         return self.route(votes, None)[0]
+    ...     def compute_output_shape(self, input_shape):
+    ...         return (input_shape[0], self.num_capsules, input_shape[2])
+    >>> layer = Echo(3, router="dynamic")
+    >>> tuple(layer(np.ones((2, 5, 4), "float32")).shape), type(layer.router).__name__
+    ((2, 3, 4), 'DynamicRouting')
+
+    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
+    NeurIPS 2017 (votes of children routed to parents).
+    """
+
+    #: The router of `router=None`: a router name or config.
+    default_router = "dynamic"
+    #: Vector capsules: a parent pose's length is its activation.
+    length_coded = True
+
+    def __init__(self, num_capsules, router=None, **kwargs):
+        super().__init__(**kwargs)
+        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        self.router = self._router_from(self.default_router if router is None else router)
+
+    def _router_from(self, router):
+        # A name, or a short config (`{"class_name": "em", "config": {...}}`,
+        # not one `routing.serialize` wrote), takes the layer's policy.
+        policy = keras.dtype_policies.serialize(self.dtype_policy)
+        if isinstance(router, str):
+            router = {"class_name": router, "config": {"dtype": policy}}
+        elif isinstance(router, dict) and "registered_name" not in router:
+            router = {**router, "config": {"dtype": policy, **(router.get("config") or {})}}
+        return routing.get(router)
+
+    def build_router(self, votes_shape, activations_shape=None):
+        """Builds the router for votes of `votes_shape` (and activations of
+        `activations_shape`, or `None`), or checks a router that is built."""
+        if self.router.built:
+            self.router.check_inputs(votes_shape, activations_shape)
+        else:
+            self.router.build(votes_shape, activations_shape)
+
+    def route(self, votes, activations=None, **call_kwargs):
+        """The router's outputs for `votes` (and `activations`), in the
+        layer's compute dtype: `(poses, activations, ...)`.
+
+        The router's `call` runs, not `Layer.__call__`: on torch Keras's
+        `__call__` keeps its arguments in a reference cycle until Python's
+        garbage collector runs, so the votes (often the step's largest
+        tensor) would stay alive through the backward pass; the layer built
+        the router, which casts the votes and reads its weights itself."""
+        poses, activations, *rest = self.router.call(votes, activations, **call_kwargs)
+        if self.length_coded and self.router.logit_activations:
+            activations = ops.sigmoid(activations)
+        if self.length_coded and (self.router.fixed_length_poses or self.router.logit_activations):
+            poses = poses * (activations / safe_norm(poses))[..., None]
+        return tuple(ops.cast(t, self.compute_dtype) for t in (poses, activations, *rest))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_capsules=self.num_capsules, router=routing.serialize(self.router))
+        return config
