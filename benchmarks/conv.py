@@ -20,7 +20,6 @@ warm-up, the implementations interleaved. This is what
 `keras_capsules.conv.resolve_implementation` is based on.
 """
 
-import argparse
 import json
 import os
 
@@ -71,12 +70,10 @@ def worker(config):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", default=",".join(harness.BACKENDS))
+    parser = harness.argument_parser(__doc__)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--shapes", default="primary,efficient")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(json.loads(args.worker))

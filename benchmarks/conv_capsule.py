@@ -13,7 +13,6 @@ and JAX, eager on torch) that computes the layer and the gradient of a
 scalar of it w.r.t. the poses.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -45,13 +44,11 @@ def worker(config):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", default=",".join(harness.BACKENDS))
+    parser = harness.argument_parser(__doc__)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--grid", type=int, default=14)
     parser.add_argument("--types", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(json.loads(args.worker))

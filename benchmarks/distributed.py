@@ -29,8 +29,6 @@ import time
 
 import harness
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def free_port():
     with socket.socket() as s:
@@ -70,7 +68,7 @@ def measure(backend, processes, args):
     ports = [free_port() for _ in range(processes)]
     env = dict(
         os.environ,
-        PYTHONPATH=ROOT,
+        PYTHONPATH=harness.ROOT,
         KERAS_BACKEND=backend,
         OMP_NUM_THREADS=threads,
         TF_NUM_INTRAOP_THREADS=threads,
@@ -88,7 +86,7 @@ def measure(backend, processes, args):
                 str(args.steps),
             ],
             env=dict(env, **launcher_env(backend, processes, i, ports)),
-            cwd=ROOT,
+            cwd=harness.ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

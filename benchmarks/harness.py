@@ -20,20 +20,29 @@ so that drifts of the machine's load hit all of them alike.
 Convention: every figure is "median (best) of R": the median of R timed
 repeats (`statistics.median`: the mean of the middle two for an even R)
 and the best of them (the shortest time, the highest rate): `median_best`.
+
+Also here, for every script: the memory a worker measures (`/proc` RSS
+fields, the accelerator's name and bytes), the command line (`--backends`
+and the hidden `--worker`), and the report (progress lines, the machine,
+the `--json` file).
 """
 
+import argparse
 import json
 import os
+import platform
 import select
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BACKENDS = ("tensorflow", "torch", "jax")
+MIB = 2**20
 
 
 # ------------------------------------------------------------ convention
@@ -109,6 +118,69 @@ def time_interleaved(fns, *args, warmup=2, repeats=5):
             "median_cpu_ms": statistics.median(cpu[name]),
         }
     return timings
+
+
+# ----------------------------------------------------------------- memory
+
+
+def proc_status_mib(field, pid="self"):
+    """A memory field (`VmRSS`, `VmHWM`) of `/proc/PID/status` in MiB: this
+    process's by default; NaN where the field is absent. Raises `OSError`
+    when the process is gone."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def device_bytes(backend):
+    """`(in use, peak)` bytes of the accelerator of `backend` in this
+    process (torch: `memory_allocated`, `max_memory_allocated`; JAX: the
+    first device's `memory_stats()`, NaN for a figure it lacks;
+    TensorFlow: `get_memory_info("GPU:0")`); None on a CPU."""
+    if backend == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
+    elif backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        if device.platform != "cpu":
+            stats = device.memory_stats() or {}
+            nan = float("nan")
+            return stats.get("bytes_in_use", nan), stats.get("peak_bytes_in_use", nan)
+    else:
+        import tensorflow as tf
+
+        if tf.config.list_physical_devices("GPU"):
+            info = tf.config.experimental.get_memory_info("GPU:0")
+            return info["current"], info["peak"]
+    return None
+
+
+def device_name(backend):
+    """The name of the accelerator of `backend` in this process, `"cpu"`
+    where there is none."""
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    if backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        return "cpu" if device.platform == "cpu" else device.device_kind
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    return (
+        tf.config.experimental.get_device_details(gpus[0]).get("device_name", "gpu")
+        if gpus
+        else "cpu"
+    )
 
 
 # ----------------------------------------------------------------- parent
@@ -210,13 +282,50 @@ class Worker:
         return done
 
 
-def measure(script, config, env=None, stderr="keep"):
+class RssWatch:
+    """Kills `proc` if its RSS passes `limit_mb` (checked every 0.1 s);
+    `killed_at_mb` is then the RSS it had."""
+
+    def __init__(self, proc, limit_mb):
+        self.proc, self.limit_mb, self.killed_at_mb = proc, limit_mb, None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self):
+        while not self.done.wait(0.1):
+            try:
+                rss = proc_status_mib("VmRSS", self.proc.pid)
+            except OSError:
+                return
+            if rss > self.limit_mb:
+                self.killed_at_mb = rss
+                self.proc.kill()
+                return
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+
+
+def measure(
+    script, config, env=None, stderr="keep", timeout=None, max_rss_mb=None, max_rss_name=None
+):
     """Runs one one-shot worker; returns `(RESULT fields, None)` or
     `(None, error)`; with `stderr="keep"` a failure prints the end of the
-    worker's stderr."""
-    worker = Worker(script, config, env=env, stderr=stderr)
+    worker's stderr. `timeout`: seconds the worker may take; `max_rss_mb`:
+    the worker is killed when its RSS passes it (an `RssWatch`), and the
+    error says `killed: RSS ... GiB > ` and `max_rss_name` (default: the
+    limit in GiB)."""
+    worker = Worker(script, config, env=env, stderr=stderr, timeout=timeout)
+    watch = RssWatch(worker.proc, max_rss_mb) if max_rss_mb is not None else None
     result = worker.read("RESULT")
+    if watch is not None:
+        watch.stop()
     worker.close(quit=False)
+    if watch is not None and watch.killed_at_mb:
+        limit = max_rss_name or f"{max_rss_mb / 1024:g} GiB"
+        return None, f"killed: RSS {watch.killed_at_mb / 1024:.1f} GiB > {limit}"
     if result is None and worker.stderr_tail:
         print(worker.stderr_tail, file=sys.stderr)
     return result, worker.error
@@ -258,3 +367,52 @@ def serve(run, timed_steps):
             times.append(time.perf_counter() - start)
             i += 1
         reply("TIMES", times=times, cpu_s=time.process_time() - cpu, last=last)
+
+
+# ----------------------------------------------------------- command line
+
+
+def argument_parser(doc, backends=True):
+    """A benchmark script's parser: described by the first line of `doc`,
+    with the hidden `--worker CONFIG` (a worker process's JSON
+    configuration) and, with `backends`, `--backends` (all by default)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    if backends:
+        parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    return parser
+
+
+# ----------------------------------------------------------------- report
+
+
+def log(text):
+    """A progress line on stderr, with the time of day."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def machine():
+    """`"N CPUs (processor)"`: the machine, for a report's header."""
+    return f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()})"
+
+
+def write_json(path, data):
+    """Writes a run's `data` (arguments, rows) to the `--json` file `path`."""
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+
+
+# --------------------------------------------------------- pure baselines
+
+
+def em_inverse_temperatures(config):
+    """The inverse temperature of each iteration of an `EMRouting` with
+    `get_config()` `config`, as the router computes it: `final_lambda * (1 -
+    0.95 ** (t + 1))` unless `inverse_temperature` fixes it (one number, or
+    one per iteration). Plain Python: every pure_routing_* baseline uses it."""
+    iterations, temperature = config["iterations"], config["inverse_temperature"]
+    if temperature is None:
+        return [config["final_lambda"] * (1 - 0.95 ** (t + 1)) for t in range(iterations)]
+    if isinstance(temperature, (int, float)):
+        return [float(temperature)] * iterations
+    return list(temperature)

@@ -51,18 +51,14 @@ whose RSS (imports included) still passes `--max-gib` +
 `--kill-margin-gib` is killed.
 """
 
-import argparse
 import json
 import os
-import platform
-import sys
-import threading
 import time
 
 import harness
 
 ROUTERS = ("dynamic", "em")
-MIB = 2**20
+MIB = harness.MIB
 GIB = 2**30
 IN_DIM, OUT_DIM, ITERATIONS = 8, 16, 3
 
@@ -109,15 +105,6 @@ def estimate_bytes(config, factor):
 # ----------------------------------------------------------------- worker
 
 
-def status_mb(field):
-    """A `/proc/self/status` memory field (`VmRSS`, `VmHWM`) in MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def release_free_memory():
     """Returns the C heap's free pages to the system (glibc `malloc_trim`),
     so that RSS counts live buffers, not what building freed."""
@@ -138,49 +125,6 @@ def reset_peak_rss():
         return True
     except OSError:
         return False
-
-
-def device_bytes(backend):
-    """`(in use, peak)` bytes of the accelerator, None on a CPU."""
-    if backend == "torch":
-        import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
-    elif backend == "jax":
-        import jax
-
-        device = jax.devices()[0]
-        if device.platform != "cpu":
-            stats = device.memory_stats() or {}
-            return stats.get("bytes_in_use", 0), stats.get("peak_bytes_in_use", 0)
-    else:
-        import tensorflow as tf
-
-        if tf.config.list_physical_devices("GPU"):
-            info = tf.config.experimental.get_memory_info("GPU:0")
-            return info["current"], info["peak"]
-    return None
-
-
-def device_name(backend):
-    if backend == "torch":
-        import torch
-
-        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    if backend == "jax":
-        import jax
-
-        device = jax.devices()[0]
-        return "cpu" if device.platform == "cpu" else device.device_kind
-    import tensorflow as tf
-
-    gpus = tf.config.list_physical_devices("GPU")
-    return (
-        tf.config.experimental.get_device_details(gpus[0]).get("device_name", "gpu")
-        if gpus
-        else "cpu"
-    )
 
 
 def build_model(config):
@@ -231,11 +175,11 @@ def worker(config):
     backend = config["backend"]
     keras.ops.convert_to_numpy(keras.ops.ones(1))  # backend runtime up
     release_free_memory()
-    imports_mb = status_mb("VmRSS")
+    imports_mb = harness.proc_status_mib("VmRSS")
     model, data, labels = build_model(config)
     release_free_memory()
-    built_mb = status_mb("VmRSS")
-    device = device_bytes(backend)
+    built_mb = harness.proc_status_mib("VmRSS")
+    device = harness.device_bytes(backend)
     device_built = device[0] if device else None
     if backend == "torch" and device:
         import torch
@@ -249,20 +193,20 @@ def worker(config):
     for _ in range(config["steps"]):
         release_free_memory()
         resettable = reset_peak_rss()
-        before = status_mb("VmRSS")
+        before = harness.proc_status_mib("VmRSS")
         start = time.perf_counter()
         loss = float(keras.ops.convert_to_numpy(model.train_on_batch(data, labels)))
         steps.append(
             {
                 "s": time.perf_counter() - start,
                 "rss_before_mb": before,
-                "peak_rss_mb": status_mb("VmHWM"),
-                "rss_after_mb": status_mb("VmRSS"),
+                "peak_rss_mb": harness.proc_status_mib("VmHWM"),
+                "rss_after_mb": harness.proc_status_mib("VmRSS"),
                 "loss": loss,
                 "peak_reset": resettable,
             }
         )
-    device = device_bytes(backend)
+    device = harness.device_bytes(backend)
     harness.reply(
         "RESULT",
         imports_mb=imports_mb,
@@ -270,7 +214,7 @@ def worker(config):
         steps=steps,
         jit_compile=bool(model.jit_compile),
         params=model.count_params(),
-        device=device_name(backend),
+        device=harness.device_name(backend),
         device_peak_over_built_mb=None if device is None else (device[1] - device_built) / MIB,
     )
     os._exit(0)  # no interpreter teardown
@@ -279,47 +223,14 @@ def worker(config):
 # ----------------------------------------------------------------- parent
 
 
-class RssWatch:
-    """Kills `proc` if its RSS passes `limit_mb` (checked every 0.1 s)."""
-
-    def __init__(self, proc, limit_mb):
-        self.proc, self.limit_mb, self.killed_at_mb = proc, limit_mb, None
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._watch, daemon=True)
-        self.thread.start()
-
-    def _watch(self):
-        while not self.done.wait(0.1):
-            try:
-                with open(f"/proc/{self.proc.pid}/status") as f:
-                    rss = next(
-                        (int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:")), 0
-                    )
-            except OSError:
-                return
-            if rss > self.limit_mb:
-                self.killed_at_mb = rss
-                self.proc.kill()
-                return
-
-    def stop(self):
-        self.done.set()
-        self.thread.join()
-
-
 def run_worker(config, args):
-    worker = harness.Worker(os.path.abspath(__file__), config, timeout=args.timeout)
-    watch = RssWatch(worker.proc, (args.max_gib + args.kill_margin_gib) * 1024)
-    result = worker.read("RESULT")
-    watch.stop()
-    worker.close(quit=False)
-    if watch.killed_at_mb:
-        return None, (
-            f"killed: RSS {watch.killed_at_mb / 1024:.1f} GiB > --max-gib + --kill-margin-gib"
-        )
-    if result is None and worker.stderr_tail:
-        print(worker.stderr_tail, file=sys.stderr)
-    return result, worker.error
+    return harness.measure(
+        os.path.abspath(__file__),
+        config,
+        timeout=args.timeout,
+        max_rss_mb=(args.max_gib + args.kill_margin_gib) * 1024,
+        max_rss_name="--max-gib + --kill-margin-gib",
+    )
 
 
 def summarise(row):
@@ -373,15 +284,15 @@ def run(args):
                     f"skipped (est. {row['estimate_bytes'] / GIB:.1f} GiB > "
                     f"--max-gib {args.max_gib:g})"
                 )
-                log(f"{name}: {row['skipped']}")
+                harness.log(f"{name}: {row['skipped']}")
                 continue
-            log(f"{name}: est. {row['estimate_bytes'] / GIB:.2f} GiB")
+            harness.log(f"{name}: est. {row['estimate_bytes'] / GIB:.2f} GiB")
             start = time.perf_counter()
             result, error = run_worker(config, args)
             row["wall_s"] = time.perf_counter() - start
             row["error"] = error
             if result is None:
-                log(f"{name}: failed: {error}")
+                harness.log(f"{name}: failed: {error}")
                 continue
             row.update(result)
             summarise(row)
@@ -390,15 +301,11 @@ def run(args):
                 factor = max(
                     factor, (row["measured_bytes"] - estimate_bytes(config, 0)) / row["votes_bytes"]
                 )
-            log(
+            harness.log(
                 f"{name}: peak {row['measured_bytes'] / MIB:.0f} MiB over imports "
                 f"({row['copies']:.1f} votes besides W and Adam), {row['wall_s']:.0f} s"
             )
     return rows
-
-
-def log(text):
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
 def compile_label(row):
@@ -449,8 +356,7 @@ def int_list(text):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", default=",".join(harness.BACKENDS))
+    parser = harness.argument_parser(__doc__)
     parser.add_argument("--routers", default=",".join(ROUTERS))
     parser.add_argument("--classes", default="10,100,1000")
     parser.add_argument("--children", default="1152,4608,18432")
@@ -481,7 +387,6 @@ def main():
     )
     parser.add_argument("--timeout", type=float, default=600, help="seconds a worker may take")
     parser.add_argument("--json", help="write all rows to this file")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(json.loads(args.worker))
@@ -508,14 +413,13 @@ def main():
         f"{'W shared by children' if args.share_weights else 'one W per child and class'}"
         f"{', router args ' + json.dumps(args.router_args) if args.router_args else ''}; "
         f"{args.steps} steps per worker; "
-        f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}); "
+        f"{harness.machine()}; "
         f"{wall:.0f} s in all; devices: "
         f"{', '.join(sorted({r['device'] for r in rows if r.get('device')})) or 'none'}."
     )
     print(markdown(rows))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "wall_s": wall, "rows": rows}, f, indent=1)
+        harness.write_json(args.json, {"args": vars(args), "wall_s": wall, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ its weights `{name: numpy array}`; `activations=None` (all children active).
 
 import math
 
+import harness
 import tensorflow as tf
 
 
@@ -169,13 +170,7 @@ def self_routing(config, weights):
 
 def em(config, weights):
     iterations, epsilon = config["iterations"], config["epsilon"]
-    temperature = config["inverse_temperature"]
-    if temperature is None:
-        lambdas = [config["final_lambda"] * (1 - 0.95 ** (t + 1)) for t in range(iterations)]
-    elif isinstance(temperature, (int, float)):
-        lambdas = [float(temperature)] * iterations
-    else:
-        lambdas = list(temperature)
+    lambdas = harness.em_inverse_temperatures(config)
     beta_u = _array(weights, "beta_u")[:, None]
     beta_a = _array(weights, "beta_a")
 

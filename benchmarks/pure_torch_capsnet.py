@@ -158,6 +158,7 @@ def _compare_primary(batch=32, repeats=5):
     """Times the train step with each primary-capsule implementation, interleaved."""
     import time
 
+    import harness
     from capsnet_spec import batches, init_weights
 
     images, labels = batches(batch, 1)[0]
@@ -170,10 +171,11 @@ def _compare_primary(batch=32, repeats=5):
             step(x, y)
             times[primary].append((time.perf_counter() - start, time.process_time() - cpu))
     for primary, t in times.items():
-        wall, cpu = sorted(w for w, _ in t[1:]), sorted(c for _, c in t[1:])
+        wall, fastest = harness.median_best(w for w, _ in t[1:])
+        cpu, _ = harness.median_best(c for _, c in t[1:])
         print(
-            f"primary={primary}: {batch / wall[len(wall) // 2]:.1f} images/s median, "
-            f"{batch / wall[0]:.1f} best, {cpu[len(cpu) // 2]:.2f} CPU s/step "
+            f"primary={primary}: {batch / wall:.1f} images/s median, "
+            f"{batch / fastest:.1f} best, {cpu:.2f} CPU s/step "
             f"(batch {batch}, {repeats} steps)"
         )
 

@@ -17,7 +17,7 @@ interleaved in the same process: one step is the routing output and the
 gradient of a scalar of it w.r.t. the votes, jitted with XLA on TF
 (`tf.function(jit_compile=True)`) and JAX (`jax.jit`), eager on torch;
 `--tf-graph`: a `tf.function` without XLA on TF, Keras's default on a CPU.
-The routers get the matching XLA hint (`keras_capsules.conv.set_xla`).
+The routers get the matching XLA hint (`keras_capsules.models.set_xla`).
 `--torch-compile` adds `torch.compile` of the pure torch router as a third
 column (information only: ours runs eager). Prints ms per step, median
 (min) of `--repeats` after warm-up, and the ratios ours / pure of the
@@ -118,7 +118,7 @@ def worker(args):
     from _backend import grad_step
 
     import keras_capsules
-    from keras_capsules.conv import set_xla
+    from keras_capsules.models import set_xla
 
     print(f"{args.backend}: library {os.path.dirname(keras_capsules.__file__)}", file=sys.stderr)
     pure = importlib.import_module(PURE_MODULES[args.backend])
@@ -179,8 +179,7 @@ def worker(args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", default=",".join(harness.BACKENDS))
+    parser = harness.argument_parser(__doc__)
     parser.add_argument("--routers", default="")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--shape", default="128,1152,10,16")
@@ -191,7 +190,6 @@ def main():
         help="TensorFlow: a tf.function without XLA (what Keras compiles on a CPU by default)",
     )
     parser.add_argument("--json", help="also write the results to this file")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.repeats < 3:
         parser.error(f"--repeats must be at least 3. Received: --repeats={args.repeats}")
@@ -244,8 +242,9 @@ def main():
                 line += f"{r['compiled']['median_ms']:>14.1f} ({r['compiled']['min_ms']:.1f})"
             print(line)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"shape": args.shape, "repeats": args.repeats, "results": table}, f, indent=1)
+        harness.write_json(
+            args.json, {"shape": args.shape, "repeats": args.repeats, "results": table}
+        )
     if failed:
         sys.exit(f"failed backends: {', '.join(failed)}")
 

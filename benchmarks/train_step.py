@@ -60,10 +60,8 @@ forward + backward of every layer; Adam and the elementwise work are
 negligible) that the measured images/s reach.
 """
 
-import argparse
 import json
 import os
-import platform
 import resource
 import sys
 import time
@@ -79,14 +77,6 @@ CAPSNET_GFLOP_PER_IMAGE = 153.9 / 128
 # ----------------------------------------------------------------- worker
 
 
-def rss_now_mb():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
@@ -96,17 +86,15 @@ def keras_step(config, data):
     import keras
 
     model, loss = build_model(config["model"])
-    if config.get("implementation"):
-        # Every layer that convolves computes it this way (same weights).
-        from keras_capsules.conv import convolving_layers
-
-        for layer in convolving_layers(model):
-            layer.implementation = config["implementation"]
-    if config.get("backward"):
-        from keras_capsules.conv import hand_differentiated_routers, xla_hinted_layers
+    if config.get("implementation") or config.get("backward"):
+        # Every layer that convolves computes it this way, every router with
+        # a hand-written backward differentiates that way (same weights).
+        from keras_capsules.models.xla import xla_hinted_layers
 
         for layer in xla_hinted_layers(model):
-            if isinstance(layer, hand_differentiated_routers()):
+            if config.get("implementation") and hasattr(layer, "implementation"):
+                layer.implementation = config["implementation"]
+            if config.get("backward") and hasattr(layer, "backward"):
                 layer.backward = config["backward"]
     model.compile(optimizer=keras.optimizers.Adam(), loss=loss, jit_compile=config["jit"])
     config["resolved_jit"] = model.jit_compile
@@ -193,7 +181,7 @@ def worker(config):
     from capsnet_spec import batches
 
     data = batches(config["batch"], count=2)
-    baseline = rss_now_mb()
+    baseline = harness.proc_status_mib("VmRSS")
     make = {
         "keras": keras_step,
         "torch": torch_reference_step,
@@ -219,7 +207,7 @@ def worker(config):
     harness.reply(
         "DONE",
         peak_rss_mb=peak_rss_mb(),
-        rss_end_mb=rss_now_mb(),
+        rss_end_mb=harness.proc_status_mib("VmRSS"),
         **device_memory(config["backend"]),
     )
     os._exit(0)  # no interpreter teardown (torch.compile's worker pools can hang it)
@@ -227,25 +215,10 @@ def worker(config):
 
 def device_memory(backend):
     """Name and peak memory (MiB) of the accelerator this worker used, if any."""
-    if backend == "torch":
-        import torch
-
-        if torch.cuda.is_available():
-            return {
-                "device": torch.cuda.get_device_name(),
-                "peak_device_mb": torch.cuda.max_memory_allocated() / 2**20,
-            }
-    if backend == "jax":
-        import jax
-
-        device = jax.devices()[0]
-        if device.platform != "cpu":
-            stats = device.memory_stats() or {}
-            return {
-                "device": device.device_kind,
-                "peak_device_mb": stats.get("peak_bytes_in_use", float("nan")) / 2**20,
-            }
-    return {"device": "cpu"}
+    used = harness.device_bytes(backend)
+    if used is None:
+        return {"device": "cpu"}
+    return {"device": harness.device_name(backend), "peak_device_mb": used[1] / harness.MIB}
 
 
 def label(config):
@@ -307,30 +280,26 @@ def over_budget(args):
     return args.budget and time.monotonic() - args.started > args.budget
 
 
-def log(text):
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
-
-
 def run_group(args, model, batch):
     """The workers of one (model, batch), their rounds interleaved: rows."""
     workers, ready = [], []
     for config in configurations(args, model, batch):
         if over_budget(args):
-            log(f"--budget spent: {label(config)} skipped")
+            harness.log(f"--budget spent: {label(config)} skipped")
             continue
-        log(f"{model} batch {batch}: starting {label(config)} jit={config['jit']}")
+        harness.log(f"{model} batch {batch}: starting {label(config)} jit={config['jit']}")
         workers.append(harness.Worker(os.path.abspath(__file__), config, timeout=args.timeout))
         ready.append(workers[-1].read("READY") or {})
         if workers[-1].error:
-            log(f"failed: {workers[-1].error}")
+            harness.log(f"failed: {workers[-1].error}")
 
     def stop(r):
         if r and over_budget(args):
-            log(f"--budget spent: {r} rounds only")
+            harness.log(f"--budget spent: {r} rounds only")
             return True
         return False
 
-    rounds = harness.run_rounds(workers, args.repeats, stop=stop, log=log)
+    rounds = harness.run_rounds(workers, args.repeats, stop=stop, log=harness.log)
     rows = []
     for w, first, replies in zip(workers, ready, rounds):
         result = {
@@ -469,7 +438,7 @@ def load_average():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.argument_parser(__doc__, backends=False)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--batches", default="32,128")
     parser.add_argument("--backends", default=",".join(BACKENDS))
@@ -528,7 +497,6 @@ def main():
         "(at least one round still runs for the workers started)",
     )
     parser.add_argument("--json", help="write all rows (every round) to this file")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(json.loads(args.worker))
@@ -565,7 +533,7 @@ def main():
     end_load = load_average()
     print(
         f"\nTrain step, {args.repeats} rounds x {args.steps} steps after {args.warmup} "
-        f"warm-up steps; {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}); "
+        f"warm-up steps; {harness.machine()}; "
         f"load average {start_load[0]:.1f} at start, {end_load[0]:.1f} at end; "
         f"{time.perf_counter() - start:.0f} s in all; devices: "
         f"{', '.join(sorted({str(r.get('device', '?')) for r in rows}))}."
@@ -574,12 +542,9 @@ def main():
     if args.peak_tflops:
         print(flop_floor(rows, args.peak_tflops))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {"args": vars(args), "load_average": [start_load, end_load], "rows": rows},
-                f,
-                indent=1,
-            )
+        harness.write_json(
+            args.json, {"args": vars(args), "load_average": [start_load, end_load], "rows": rows}
+        )
 
 
 if __name__ == "__main__":
