@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The oldest Keras that pyproject.toml allows (`keras>=3.9`: `keras.remat`
-# appeared in 3.9), installed into the active environment, then the layer
-# and routing tests on PyTorch (Keras 3.9 predates the installed JAX's API).
+# The oldest Keras that pyproject.toml allows (`keras>=3.9`), installed into
+# the active environment, then the layer and routing tests on PyTorch (Keras
+# 3.9 predates the installed JAX's API).
 #
 #   bash tests/keras_floor.sh     # changes the active environment's Keras
 set -u
