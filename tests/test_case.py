@@ -14,10 +14,23 @@ weights, and the same under the mixed_float16 and mixed_bfloat16 policies
 (half-precision outputs, float32 weights). `run_weight_arguments_test`
 checks a layer's `kernel_*`/`bias_*` initializer, regularizer and
 constraint arguments.
+
+`ModelTestCase.run_model_test` runs the checks every ready model
+(`keras_capsules.models.*`, a `CapsuleModel`) must pass on the current
+backend: `compile()` with the model's defaults, `fit`, `evaluate` and
+`predict`; a `.keras` round trip with `safe_mode=True` (same class, config,
+weights and predictions, compiled again, one more `fit` step); the
+mixed_float16 policy given as `dtype=` and as the global policy, in every
+layer and router and through a `.keras` file. Export (SavedModel, ONNX,
+LiteRT) of every ready model is tested in tests/test_export.py.
+Helpers for it: `round_trip` (a `.keras` file, loaded with
+`safe_mode=True`) and `leaf_layers`.
 """
 
+import dataclasses
 import os
 import tempfile
+import warnings
 
 import keras
 import numpy as np
@@ -231,10 +244,7 @@ class LayerTestCase:
     def _check_save_load(self, model, inputs):
         # Eager calls: a compiled predict per model would dominate test time.
         expected = [keras.ops.convert_to_numpy(o) for o in as_list(model(inputs))]
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "model.keras")
-            model.save(path)
-            loaded = keras.saving.load_model(path, safe_mode=True)
+        loaded = round_trip(model)
         assert (len(loaded.trainable_weights), len(loaded.non_trainable_weights)) == (
             len(model.trainable_weights),
             len(model.non_trainable_weights),
@@ -274,3 +284,227 @@ def _check_weights(layer, expected_counts):
 
 def _dtype_of(x):
     return "int32" if np.issubdtype(np.asarray(x).dtype, np.integer) else "float32"
+
+
+def round_trip(model):
+    """`model` through a `.keras` file, loaded with `safe_mode=True`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.keras")
+        model.save(path)
+        return keras.saving.load_model(path, safe_mode=True)
+
+
+def leaf_layers(model):
+    """The layers under `model`, nested models opened, inputs left out; a
+    layer's router follows the layer."""
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            yield from leaf_layers(layer)
+        elif not isinstance(layer, keras.layers.InputLayer):
+            yield layer
+            if isinstance(getattr(layer, "router", None), keras.layers.Layer):
+                yield layer.router
+
+
+@dataclasses.dataclass
+class ModelRun:
+    """What `ModelTestCase.run_model_test` leaves for a model's own checks.
+
+    `model`: built, compiled with its defaults and fitted; `loaded`: `model`
+    through a `.keras` file, then fitted one more step; `history`: the
+    `fit` history of `model`; `predictions`: `model.predict(x)` after the
+    fit; `loaded_predictions`: `loaded.predict(x)` before its step;
+    `initial_weights`: `model.weights` as NumPy before the fit (read them
+    with `initial(variable)`)."""
+
+    model: keras.Model
+    loaded: keras.Model
+    history: dict
+    predictions: np.ndarray
+    loaded_predictions: np.ndarray
+    initial_weights: list
+
+    def initial(self, variable):
+        """The value of `variable`, one of `model.weights`, before `fit`."""
+        for weight, value in zip(self.model.weights, self.initial_weights):
+            if weight is variable:
+                return value
+        raise ValueError(f"{variable.path} is not a weight of the model")
+
+
+class ModelTestCase:
+    def run_model_test(
+        self,
+        build,
+        x,
+        y,
+        expected_output_shape,
+        *,
+        jit_compile=None,
+        run_eagerly=False,
+        batch_size=None,
+        epochs=2,
+        callbacks=None,
+        same_outputs=None,
+        run_mixed_precision_check=True,
+    ):
+        """The checks of a ready model (a `CapsuleModel`) on the current backend.
+
+        1. `compile()` with the model's defaults (its `default_optimizer()`,
+           `default_loss()` and `default_metrics()`), `fit(x, y)` for
+           `epochs`: finite losses, the default metrics logged; `evaluate`:
+           finite values; `predict(x)`: finite, of `expected_output_shape`.
+        2. A `.keras` round trip with `safe_mode=True`: the same class,
+           `get_config()` (a `backbone`'s left out: its config is Keras's
+           own), weights and predictions (`rtol=1e-5, atol=1e-6`), the same
+           `same_outputs`; the loaded model comes back compiled (Keras
+           skips models that override `compile` unless they implement
+           `compile_from_config`) with the optimizer's state, and fits one
+           more step.
+        3. The mixed_float16 policy, given as `dtype=` and as the global
+           policy: every leaf layer and router has it, the weights are
+           float32, the outputs float16; the same through a `.keras` file
+           loaded under the float32 global policy.
+
+        Export of every ready model (SavedModel, ONNX, LiteRT, on every
+        backend) is tested in tests/test_export.py, not here: it compiles
+        an artifact per model and format.
+
+        Args:
+            build: `build(**kwargs) -> model`, a new model of tiny sizes;
+                called with no argument, and with `dtype=` (3.).
+            x: a batch of images.
+            y: its labels (class ids; masks for a `CapsuleSegmenter`).
+            expected_output_shape: the shape of `predict(x)`.
+            jit_compile: `compile`'s; `None`: `jit_compile_for_backend()`.
+                The loaded model keeps it (it is in the compile config).
+            run_eagerly: `compile`'s.
+            batch_size: of `fit`, `evaluate` and `predict` (default: all
+                of `x` in one batch).
+            epochs: of `fit`.
+            callbacks: `fit`'s, or `callbacks(model) -> list`.
+            same_outputs: `same_outputs(model) -> array or list`: more
+                outputs the loaded model must reproduce
+                (`lambda m: m.reconstruct(x, y)`).
+            run_mixed_precision_check: whether to run 3.
+
+        Returns:
+            a `ModelRun`, for the model's own assertions.
+        """
+        batch_size = batch_size or len(x)
+        keras.utils.set_random_seed(0)
+        model = build()
+        initial_weights = [to_numpy(w) for w in model.weights]
+        model.compile(
+            jit_compile=jit_compile_for_backend() if jit_compile is None else jit_compile,
+            run_eagerly=run_eagerly,
+        )
+        _check_default_compile(model)
+        if callable(callbacks):
+            callbacks = callbacks(model)
+        history = model.fit(
+            x, y, batch_size=batch_size, epochs=epochs, callbacks=callbacks, verbose=0
+        ).history
+        assert len(history["loss"]) == epochs and np.all(np.isfinite(history["loss"])), history
+        logs = {"loss", *(m if isinstance(m, str) else m.name for m in model.default_metrics())}
+        assert logs <= set(history), (sorted(history), sorted(logs))
+        results = model.evaluate(x, y, batch_size=batch_size, verbose=0, return_dict=True)
+        assert logs <= set(results) and np.all(np.isfinite(list(results.values()))), results
+        predictions = model.predict(x, batch_size=batch_size, verbose=0)
+        assert predictions.shape == tuple(expected_output_shape), predictions.shape
+        assert np.all(np.isfinite(predictions))
+
+        loaded, loaded_predictions = self._check_keras_round_trip(
+            model, x, y, predictions, batch_size, same_outputs
+        )
+        if run_mixed_precision_check:
+            for given_as in ("argument", "global"):
+                self._check_policy_round_trip(build, x[:2], given_as)
+        return ModelRun(model, loaded, history, predictions, loaded_predictions, initial_weights)
+
+    def _check_keras_round_trip(self, model, x, y, predictions, batch_size, same_outputs):
+        expected = as_list(same_outputs(model)) if same_outputs else []
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", "`compile\\(\\)` was not called")
+            loaded = round_trip(model)
+        assert type(loaded) is type(model)
+        assert _config_without_backbone(loaded) == _config_without_backbone(model)
+        assert len(loaded.weights) == len(model.weights)
+        for a, b in zip(loaded.weights, model.weights):
+            np.testing.assert_array_equal(to_numpy(a), to_numpy(b), err_msg=b.path)
+        loaded_predictions = loaded.predict(x, batch_size=batch_size, verbose=0)
+        np.testing.assert_allclose(loaded_predictions, predictions, rtol=1e-5, atol=1e-6)
+        for a, e in zip(as_list(same_outputs(loaded)) if same_outputs else [], expected):
+            np.testing.assert_allclose(to_numpy(a), to_numpy(e), rtol=1e-5, atol=1e-6)
+
+        # Compiled as saved, the optimizer's state included: one more step.
+        assert loaded.compiled and loaded.jit_compile == model.jit_compile
+        assert type(loaded.optimizer) is type(model.optimizer)
+        assert type(loaded.loss) is type(model.loss)
+        steps = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+        assert int(keras.ops.convert_to_numpy(loaded.optimizer.iterations)) == steps
+        step = loaded.fit(x[:batch_size], y[:batch_size], batch_size=batch_size, verbose=0)
+        assert np.all(np.isfinite(step.history["loss"])), step.history
+        assert int(keras.ops.convert_to_numpy(loaded.optimizer.iterations)) == steps + 1
+        return loaded, loaded_predictions
+
+    def _check_policy_round_trip(self, build, images, given_as, policy="mixed_float16"):
+        """A model made under `policy` (its `dtype=` argument, or the global
+        policy) has it in every layer, and keeps it through a `.keras` file
+        loaded under the float32 global policy."""
+        if given_as == "argument":
+            model = build(dtype=policy)
+        else:
+            keras.config.set_dtype_policy(policy)
+            try:
+                model = build()
+            finally:
+                keras.config.set_dtype_policy("float32")
+        loaded = round_trip(model)
+        outputs = []
+        for m in (model, loaded):
+            assert m.dtype_policy.name == policy, (given_as, m.dtype_policy)
+            assert {layer.dtype_policy.name for layer in leaf_layers(m)} == {policy}, [
+                (layer.name, layer.dtype_policy.name) for layer in leaf_layers(m)
+            ]
+            assert all(w.dtype == "float32" for w in m.weights)
+            outputs.append(_forward(m, images))
+            assert keras.backend.standardize_dtype(outputs[-1].dtype) == "float16"
+        assert _config_without_backbone(loaded) == _config_without_backbone(model)
+        np.testing.assert_allclose(to_numpy(outputs[1]), to_numpy(outputs[0]), rtol=1e-3, atol=1e-3)
+
+
+def _forward(model, images):
+    """`model(images)`; on JAX one jitted call, where an eager call compiles
+    every op (SegCaps: ~20 s of per-op compiles on 2 CPU cores)."""
+    if BACKEND != "jax":
+        return model(images)
+    import jax
+
+    def call(trainable, non_trainable, images):
+        return model.stateless_call(trainable, non_trainable, images)[0]
+
+    return jax.jit(call)(
+        [v.value for v in model.trainable_variables],
+        [v.value for v in model.non_trainable_variables],
+        images,
+    )
+
+
+def _check_default_compile(model):
+    """`compile()` gave the model's defaults."""
+    for compiled, default in (
+        (model.optimizer, model.default_optimizer()),
+        (model.loss, model.default_loss()),
+    ):
+        assert type(compiled) is type(default), (compiled, default)
+        configs = [
+            {k: v for k, v in obj.get_config().items() if k != "name"}
+            for obj in (compiled, default)
+        ]
+        assert configs[0] == configs[1], configs
+
+
+def _config_without_backbone(model):
+    """A backbone's config is Keras's own (its input layer renamed on load)."""
+    return {k: v for k, v in model.get_config().items() if k != "backbone"}

@@ -71,7 +71,7 @@ def routers_model(names):
     return keras.Model(images, keras.ops.stack(scores, axis=1))
 
 
-# The sizes of tests/models/test_base.py and test_matrix_capsnet.py, so JAX
+# The sizes of tests/models/builders.py and test_matrix_capsnet.py, so JAX
 # finds their initializers in its compilation cache.
 MODELS = {
     "CapsNet": lambda: kc.CapsNet(

@@ -19,6 +19,7 @@ import pytest
 
 import keras_capsules as kc
 from keras_capsules.layers import (
+    AutoConv2D,
     Capsule,
     CapsuleAttention,
     CapsulePruning,
@@ -30,7 +31,6 @@ from keras_capsules.layers import (
     Mask,
     PrimaryCapsule,
     PrimaryMatrixCapsule,
-    AutoConv2D,
 )
 from keras_capsules.routing import (
     DynamicRouting,

@@ -74,7 +74,7 @@ def assert_validated(output_dir):
 # JAX their smoke runs add time, not coverage. HeinsenCapsNet's forward and
 # fit are tested on every backend by tests/models/test_heinsen_capsnet.py;
 # its script adds a tf.data pipeline. mnist_capsnet's CapsNet fits and
-# round-trips on every backend in tests/models/test_base.py, and its figures
+# round-trips on every backend in tests/models/test_capsnet.py, and its figures
 # are the EfficientCapsNet scripts'.
 # MultiMNIST's model, loss and accuracy fit on JAX in
 # test_multimnist_loss_accuracy_and_saving; its tf.data code is backend-free.
