@@ -48,8 +48,11 @@ from keras_capsules.layers import (
     LocalDeconvCapsule2D,
     Mask,
     PrimaryCapsule,
+    PrimaryCapsule1D,
     PrimaryMatrixCapsule,
     RoutedCapsule,
+    SetPrimaryCapsule,
+    Squash,
 )
 from keras_capsules.losses import MarginLoss, SoftDiceLoss, SpreadLoss, WeightedBinaryCrossentropy
 from keras_capsules.metrics import DiceCoefficient, LabelSetAccuracy

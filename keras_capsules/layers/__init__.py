@@ -17,4 +17,7 @@ from keras_capsules.layers.matrix_capsule import (
     PrimaryMatrixCapsule,
 )
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
+from keras_capsules.layers.primary_capsule_1d import PrimaryCapsule1D
 from keras_capsules.layers.segmentation_capsule import LocalCapsule2D, LocalDeconvCapsule2D
+from keras_capsules.layers.set_primary_capsule import SetPrimaryCapsule
+from keras_capsules.layers.squash import Squash

@@ -37,6 +37,36 @@ def split_capsule_inputs(inputs):
     return inputs, None
 
 
+# The logit given to the children a mask drops (and, when the router had no
+# activations, to those it keeps) for routers whose activations are logits:
+# sigmoid(-/+ 1e4) is exactly 0 / 1 in float32.
+_MASK_LOGIT = 1e4
+
+
+def masked_children(poses, activations, mask, logit_activations=False):
+    """Children that a Keras mask `(batch, in_caps)` (`True` = keep) drops
+    take no part in routing: their poses become 0 (so their votes are 0,
+    which the routers that ignore activations sum as nothing) and their
+    activations 0 (a large negative logit for routers whose activations are
+    logits), so that the routers that weigh children by activation give
+    them no weight. Returns `(poses, activations)`.
+
+    Example:
+
+    >>> from keras_capsules.layers.base_routed_capsule import masked_children
+    >>> mask = ops.convert_to_tensor([[True, True, False]])
+    >>> poses, a = masked_children(ops.ones((1, 3, 2)), None, mask)
+    >>> ops.convert_to_numpy(a)
+    array([[1., 1., 0.]], dtype=float32)
+    """
+    keep = ops.cast(mask, poses.dtype)
+    poses = poses * keep[..., None]
+    if logit_activations:
+        kept = ops.full_like(keep, _MASK_LOGIT) if activations is None else activations
+        return poses, ops.where(ops.cast(mask, "bool"), kept, -_MASK_LOGIT)
+    return poses, keep if activations is None else activations * ops.cast(keep, activations.dtype)
+
+
 class RoutedCapsule(keras.layers.Layer):
     """Base of the capsule layers that route their children's votes.
 

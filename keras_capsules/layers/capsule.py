@@ -4,7 +4,11 @@ import keras
 from keras import ops
 
 from keras_capsules.initializers import householder_initializer, transform_initializer
-from keras_capsules.layers.base_routed_capsule import RoutedCapsule, split_capsule_inputs
+from keras_capsules.layers.base_routed_capsule import (
+    RoutedCapsule,
+    masked_children,
+    split_capsule_inputs,
+)
 from keras_capsules.ops import compute_dtype_for, householder_orthogonal
 from keras_capsules.routing.base import check_activations_shape
 from keras_capsules.validation import positive_int
@@ -38,14 +42,19 @@ class Capsule(RoutedCapsule):
     Initialisation: the default `W` (`kernel_initializer=None`) is a
     truncated normal of standard deviation `vote_stddev / 0.5`
     (`keras_capsules.initializers.INPUT_LENGTH`), with
-    `vote_stddev = router.vote_stddev(in_caps, num_capsules, capsule_dim)`:
-    child poses of length 0.5 (squashed capsules near the squash's knee)
-    then give votes whose elements have the standard deviation the router
-    asks for. For routers that sum votes with coefficients adding to 1 over
-    the parents (dynamic, attention, inverted dot-product) that is
-    `num_capsules / sqrt(in_caps * capsule_dim)`, so the parents' sums start
-    at length ~1 and the squashed parents at ~0.5 (sparse attention caps it,
-    so that sparsemax starts near uniform); EM asks for unit-variance
+    `vote_stddev = router.vote_stddev(in_caps, num_capsules, capsule_dim,
+    coherent=share_weights)`: child poses of length 0.5 (squashed capsules
+    near the squash's knee) then give votes whose elements have the
+    standard deviation the router asks for. For routers that sum votes
+    with coefficients adding to 1 over the parents (dynamic, attention,
+    inverted dot-product) that is `num_capsules / sqrt(in_caps *
+    capsule_dim)`, so the parents' sums start at length ~1 and the squashed
+    parents at ~0.5 (sparse attention caps it, so that sparsemax starts
+    near uniform). With `share_weights=True` the votes are as alike as the
+    children, and children such as a transformer's tokens or one type's
+    capsules point mostly one way, so their votes add up coherently: the
+    transforms are then derived for that case, `num_capsules / (in_caps *
+    sqrt(capsule_dim))` (`Router.vote_stddev`). EM asks for unit-variance
     votes, self-routing (which averages them) for `0.5 * sqrt(in_caps /
     capsule_dim)` (`keras_capsules.initializers`). Keras's
     `glorot_uniform`, with its fan-in of `in_caps * num_capsules * in_dim`,
@@ -85,6 +94,14 @@ class Capsule(RoutedCapsule):
         inputs: child poses `u` of shape `(batch, in_caps, in_dim)`, or
             `[poses, activations]` with activations `a` of shape
             `(batch, in_caps)`, passed to the router.
+        mask: optional booleans `(batch, in_caps)`, `True` = keep; a Keras
+            mask of the poses (from `SetPrimaryCapsule` on masked inputs)
+            is used when not given. Dropped children take no part in
+            routing: their poses and activations are set to 0 (a large
+            negative logit for Heinsen routing), so a padded batch gives
+            the parents of the unpadded children with every router but
+            EM, which normalises its cost by the number of children, the
+            dropped ones included.
 
     Returns:
         Parent poses of shape `(batch, num_capsules, capsule_dim)`; with
@@ -155,7 +172,11 @@ class Capsule(RoutedCapsule):
                 constraint=self.kernel_constraint,
             )
         else:
-            vote_stddev = self.router.vote_stddev(in_caps, self.num_capsules, self.capsule_dim)
+            # One transform for all children: their votes are as alike as
+            # they are (see `Router.vote_stddev`).
+            vote_stddev = self.router.vote_stddev(
+                in_caps, self.num_capsules, self.capsule_dim, coherent=self.share_weights
+            )
             self.kernel = self.add_weight(
                 name="kernel",
                 shape=(*prefix, in_dim, self.capsule_dim),
@@ -165,10 +186,16 @@ class Capsule(RoutedCapsule):
             )
         self.build_router((batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape)
 
-    def call(self, inputs):
+    def call(self, inputs, mask=None):
         poses, activations = split_capsule_inputs(inputs)
         if activations is not None:  # a built layer may get other activations
             check_activations_shape("Capsule", "poses", poses.shape, activations.shape)
+        if isinstance(mask, (list, tuple)):  # `[poses, activations]`: the poses' mask
+            mask = mask[0]
+        if mask is not None:
+            poses, activations = masked_children(
+                poses, activations, mask, self.router.logit_activations
+            )
         poses, activations = self.route(self.votes(poses), activations)
         return (poses, activations) if self.return_activations else poses
 
@@ -189,6 +216,10 @@ class Capsule(RoutedCapsule):
             w = householder_orthogonal(self.householder, self.in_dim, self.capsule_dim)
             return ops.cast(w, self.compute_dtype)
         return self.kernel
+
+    def compute_mask(self, inputs, mask=None):
+        # The parents are all present, whichever children were masked.
+        return None
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = split_capsule_inputs(input_shape)

@@ -128,7 +128,7 @@ class EMRouting(XlaHinted, Router):
         self.beta_u = self.add_weight(name="beta_u", shape=(out_caps,), initializer="zeros")
         self.beta_a = self.add_weight(name="beta_a", shape=(out_caps,), initializer="zeros")
 
-    def vote_stddev(self, children, parents, dim):
+    def vote_stddev(self, children, parents, dim, coherent=False):
         """1: unit-variance votes (see `Router.vote_stddev`).
 
         EM fits a Gaussian to each parent's votes: votes of unit variance start

@@ -118,7 +118,7 @@ class HeinsenRouting(Router):
         self.beta_use = self.add_weight(name="beta_use", shape=shape, initializer="zeros")
         self.beta_ign = self.add_weight(name="beta_ign", shape=shape, initializer="zeros")
 
-    def vote_stddev(self, children, parents, dim):
+    def vote_stddev(self, children, parents, dim, coherent=False):
         """1: unit-variance votes (see `Router.vote_stddev`).
 
         Each parent fits its own variance to the votes, so their scale

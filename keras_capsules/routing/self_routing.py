@@ -79,16 +79,19 @@ class SelfRouting(Router):
             name="routing_bias", shape=(in_caps, out_caps), initializer="zeros"
         )
 
-    def vote_stddev(self, children, parents, dim):
+    def vote_stddev(self, children, parents, dim, coherent=False):
         """`0.5 * sqrt(children / dim)` (see `Router.vote_stddev`).
 
         Self-routing averages the votes, so at initialisation (uniform
         coefficients) a parent's pose is the mean of `children` votes of
         random directions, of length `|vote| / sqrt(children)`; votes of
         this standard deviation start the poses at length ~0.5, as the
-        squashed parents of the other routers. Unknown `children`: votes of
-        unit variance.
+        squashed parents of the other routers. Coherent votes (all alike)
+        average to one of them: `0.5 / sqrt(dim)`. Unknown `children`:
+        votes of unit variance.
         """
+        if coherent:
+            return 0.5 / dim**0.5
         return 1.0 if children is None else 0.5 * (children / dim) ** 0.5
 
     def route(self, votes, activations):

@@ -74,9 +74,10 @@ class SparseAttentionRouting(Router):
                 f"top_k={self.top_k} with votes.shape={tuple(votes_shape)}"
             )
 
-    def vote_stddev(self, children, parents, dim):
+    def vote_stddev(self, children, parents, dim, coherent=False):
         """The `Router` default, capped at `(2 * parents * sqrt(children))
-        ** -0.5`.
+        ** -0.5` (`(2 * parents * children * sqrt(dim)) ** -0.5` for
+        coherent votes).
 
         A child's agreement logits `u . sum_i u / sqrt(dim)` spread over
         about `vote_stddev^2 * sqrt(children)` across the parents, and
@@ -85,11 +86,15 @@ class SparseAttentionRouting(Router):
         sums of the votes, near length 1, where the squash passes back
         little gradient (measured: some seeds never left chance). The cap
         keeps the spread at `1 / (2 * parents)`, where sparsemax starts
-        near uniform.
+        near uniform. Coherent votes (all alike) agree with their sum
+        `children` times more: their logits spread over about
+        `vote_stddev^2 * children * sqrt(dim)`.
         """
-        default = super().vote_stddev(children, parents, dim)
+        default = super().vote_stddev(children, parents, dim, coherent)
         if children is None:
             return default
+        if coherent:
+            return min(default, (2 * parents * children * dim**0.5) ** -0.5)
         return min(default, (2 * parents * children**0.5) ** -0.5)
 
     def route(self, votes, activations):
