@@ -1,5 +1,7 @@
 """Matplotlib figures of the examples: training curves and capsule views."""
 
+import itertools
+
 import atomic
 import matplotlib
 
@@ -229,6 +231,46 @@ def plot_routing(model, images, labels, path, child_types=None, class_names=None
     plt.close(fig)
 
 
+def plot_routing_maps(model, images, labels, path, child_types, class_names=None):
+    """Where each class capsule takes its input from: for the images of
+    each class, the mean routing coefficient from the child capsules at
+    each place of their grid (types averaged) to that class's capsule.
+
+    Top row: the mean image of the class; bottom row: its routing map over
+    the children's grid (assumed square), brighter where the children
+    route more of their votes to the class. The coefficients come from the
+    class-capsule layer called with `return_coefficients=True`
+    (`model.routing_coefficients`).
+    """
+    images = np.asarray(images, dtype="float32")
+    labels = np.asarray(labels).reshape(-1)
+    coefficients = ops.convert_to_numpy(model.routing_coefficients(images)).astype("float32")
+    batch, children, classes = coefficients.shape
+    side = int(round((children // child_types) ** 0.5))
+    if side * side * child_types != children:
+        return  # not a square grid of `child_types` capsules per place
+    grid = coefficients.reshape(batch, side, side, child_types, classes).mean(axis=3)
+    present = [c for c in range(classes) if np.any(labels == c)]
+    fig, axes = plt.subplots(
+        2, len(present), figsize=(1.3 * len(present) + 0.6, 3.0), squeeze=False
+    )
+    # One colour scale for every class: from the least to the most routed place.
+    means = {c: grid[labels == c, :, :, c].mean(axis=0) for c in present}
+    low, top = min(m.min() for m in means.values()), max(m.max() for m in means.values())
+    for col, c in enumerate(present):
+        axes[0, col].imshow(images[labels == c].mean(axis=0)[..., 0], cmap="gray")
+        axes[0, col].set_title(_name(class_names, c))
+        im = axes[1, col].imshow(means[c], cmap="magma", vmin=low, vmax=top)
+        for ax in axes[:, col]:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    axes[1, 0].set_ylabel("routing\nto class")
+    fig.colorbar(im, ax=axes[1, :].tolist(), fraction=0.02, label="coefficient")
+    fig.suptitle(f"Routing maps over the {side} x {side} child grid ({batch} test images)")
+    atomic.save_figure(fig, path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
 def capsule_figures(child_types=None, class_names=None):
     """The `figures` hook of the capsule examples: reconstructions,
     perturbations (models with a decoder) and routing heat map.
@@ -241,8 +283,10 @@ def capsule_figures(child_types=None, class_names=None):
         import os
 
         names = class_names if class_names is not None else getattr(args, "class_names", None)
-        images, labels = next(iter(test))
-        images, labels = np.asarray(images)[:8], np.asarray(labels)[:8]
+        batches = [(np.asarray(x), np.asarray(y)) for x, y in itertools.islice(iter(test), 4)]
+        all_images = np.concatenate([x for x, _ in batches])[:512]
+        all_labels = np.concatenate([y for _, y in batches])[:512]
+        images, labels = all_images[:8], all_labels[:8]
         if getattr(model, "reconstruction", False):
             poses = plot_reconstructions(
                 model, images, labels, os.path.join(output_dir, "reconstructions.png"), names
@@ -253,6 +297,15 @@ def capsule_figures(child_types=None, class_names=None):
         plot_routing(
             model, images, labels, os.path.join(output_dir, "routing.png"), child_types, names
         )
+        if child_types and all_labels.ndim == 1:
+            plot_routing_maps(
+                model,
+                all_images,
+                all_labels,
+                os.path.join(output_dir, "routing_maps.png"),
+                child_types,
+                names,
+            )
 
     return figures
 

@@ -95,6 +95,14 @@ class RoutedCapsule(keras.layers.Layer):
       (`Router.logit_activations`) become `sigmoid(activations)` first.
     - `get_config`: `num_capsules` and the router's config (which holds no
       build config: the layer builds its router, see `Router`).
+    - `return_coefficients=True` in `__call__` (every routed layer, like
+      `keras.layers.MultiHeadAttention(return_attention_scores=True)`): the
+      layer returns `(outputs, coefficients)`, its usual outputs and the
+      router's coefficients of the last iteration, of the shape
+      `compute_coefficients_shape(input_shape)` gives; symbolic calls (a
+      second output of a functional model) get it from
+      `compute_output_spec`. What the coefficients mean depends on the
+      router: see `docs/routing.md` ("Routing coefficients").
 
     Args:
         num_capsules: int, the number of parent capsules (parent capsule
@@ -172,6 +180,22 @@ class RoutedCapsule(keras.layers.Layer):
         if self.length_coded and (self.router.fixed_length_poses or self.router.logit_activations):
             poses = poses * (activations / safe_norm(poses))[..., None]
         return tuple(ops.cast(t, self.compute_dtype) for t in (poses, activations, *rest))
+
+    def compute_coefficients_shape(self, input_shape):
+        """The shape of the coefficients that `return_coefficients=True`
+        returns for inputs of `input_shape`."""
+        raise NotImplementedError(
+            f"{self.__class__.__name__} must implement `compute_coefficients_shape`."
+        )
+
+    def compute_output_spec(self, *args, return_coefficients=False, **kwargs):
+        outputs = super().compute_output_spec(*args, **kwargs)
+        if not return_coefficients:
+            return outputs
+        inputs = args[0] if args else kwargs["inputs"]
+        input_shape = keras.tree.map_structure(lambda t: tuple(t.shape), inputs)
+        shape = self.compute_coefficients_shape(input_shape)
+        return outputs, keras.KerasTensor(shape, dtype=self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()

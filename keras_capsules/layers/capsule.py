@@ -102,11 +102,15 @@ class Capsule(RoutedCapsule):
             the parents of the unpadded children with every router but
             EM, which normalises its cost by the number of children, the
             dropped ones included.
+        return_coefficients: also return the router's coefficients of
+            the last iteration, `(batch, in_caps, num_capsules)`: child `i`
+            to parent `j` (see `docs/routing.md`, "Routing coefficients").
 
     Returns:
         Parent poses of shape `(batch, num_capsules, capsule_dim)`; with
         `return_activations=True`, `(poses, activations)` with activations
-        of shape `(batch, num_capsules)`.
+        of shape `(batch, num_capsules)`; with `return_coefficients=True`,
+        `(outputs, coefficients)`, `outputs` being the above.
 
     Example (the digit capsules of the paper, on 1152 primary capsules):
 
@@ -116,6 +120,9 @@ class Capsule(RoutedCapsule):
     >>> poses, activations = keras_capsules.layers.Capsule(10, 16, return_activations=True)(u)
     >>> activations.shape
     (None, 10)
+    >>> poses, coefficients = keras_capsules.layers.Capsule(10, 16)(u, return_coefficients=True)
+    >>> coefficients.shape
+    (None, 1152, 10)
 
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
     NeurIPS 2017; orthogonal transforms: Geng et al., "OrthCaps: An
@@ -186,7 +193,7 @@ class Capsule(RoutedCapsule):
             )
         self.build_router((batch, in_caps, self.num_capsules, self.capsule_dim), activations_shape)
 
-    def call(self, inputs, mask=None):
+    def call(self, inputs, mask=None, return_coefficients=False):
         poses, activations = split_capsule_inputs(inputs)
         if activations is not None:  # a built layer may get other activations
             check_activations_shape("Capsule", "poses", poses.shape, activations.shape)
@@ -196,8 +203,11 @@ class Capsule(RoutedCapsule):
             poses, activations = masked_children(
                 poses, activations, mask, self.router.logit_activations
             )
-        poses, activations = self.route(self.votes(poses), activations)
-        return (poses, activations) if self.return_activations else poses
+        poses, activations, *coefficients = self.route(
+            self.votes(poses), activations, return_coefficients=return_coefficients
+        )
+        outputs = (poses, activations) if self.return_activations else poses
+        return (outputs, coefficients[0]) if return_coefficients else outputs
 
     def votes(self, poses):
         """The votes `(batch, in_caps, num_capsules, capsule_dim)` of child
@@ -216,6 +226,10 @@ class Capsule(RoutedCapsule):
             w = householder_orthogonal(self.householder, self.in_dim, self.capsule_dim)
             return ops.cast(w, self.compute_dtype)
         return self.kernel
+
+    def compute_coefficients_shape(self, input_shape):
+        poses_shape, _ = split_capsule_inputs(input_shape)
+        return (poses_shape[0], poses_shape[1], self.num_capsules)
 
     def compute_mask(self, inputs, mask=None):
         # The parents are all present, whichever children were masked.

@@ -83,11 +83,12 @@ class ConvCapsule(WindowedCapsule):
         votes = ops.einsum("nktd,ktjde->nktje", ops.cast(windows, dtype), ops.cast(kernel, dtype))
         return ops.reshape(votes, (-1, k * types, self.num_capsules, self.capsule_dim))
 
-    def call(self, inputs):
+    def call(self, inputs, return_coefficients=False):
         poses, activations = split_capsule_inputs(inputs)
         poses, activations = self._to_grid(poses, activations)
-        outputs = self._route_windows(poses, activations)
-        return outputs if self.return_activations else outputs[0]
+        outputs = self._route_windows(poses, activations, return_coefficients)
+        main = outputs[:2] if self.return_activations else outputs[0]
+        return (main, outputs[2]) if return_coefficients else main
 
     def _to_grid(self, poses, activations):
         return poses, activations

@@ -154,16 +154,22 @@ class HeinsenCapsule(RoutedCapsule):
         batch, in_caps = ops.shape(poses)[0], ops.shape(poses)[1]
         return ops.reshape(votes, (batch, in_caps, self.num_capsules, -1))
 
-    def call(self, inputs):
+    def call(self, inputs, return_coefficients=False):
         poses, scores = split_capsule_inputs(inputs)
         if scores is not None:
             check_activations_shape("HeinsenCapsule", "poses", poses.shape, scores.shape)
         d_cov = poses.shape[2]
         variances = {"return_variances": True} if self.return_variances else {}
-        outputs = self.route(self.votes(poses), scores, **variances)
+        outputs = list(
+            self.route(
+                self.votes(poses), scores, return_coefficients=return_coefficients, **variances
+            )
+        )
+        coefficients = outputs.pop(2) if return_coefficients else None
         shape = (-1, self.num_capsules, d_cov, self.capsule_dim)
         # The poses (and variances) as matrices; the scores as they are.
-        return tuple(t if k == 1 else ops.reshape(t, shape) for k, t in enumerate(outputs))
+        outputs = tuple(t if k == 1 else ops.reshape(t, shape) for k, t in enumerate(outputs))
+        return (outputs, coefficients) if return_coefficients else outputs
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = split_capsule_inputs(input_shape)
@@ -171,6 +177,10 @@ class HeinsenCapsule(RoutedCapsule):
         poses = (batch, self.num_capsules, d_cov, self.capsule_dim)
         shapes = (poses, (batch, self.num_capsules))
         return shapes + (poses,) if self.return_variances else shapes
+
+    def compute_coefficients_shape(self, input_shape):
+        poses_shape, _ = split_capsule_inputs(input_shape)
+        return (poses_shape[0], poses_shape[1], self.num_capsules)
 
     def get_config(self):
         config = super().get_config()

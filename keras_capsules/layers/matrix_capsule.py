@@ -329,9 +329,10 @@ class ConvMatrixCapsule(WindowedCapsule):
         votes = pose_votes(matrices, kernel, compute_dtype_for(self.compute_dtype))
         return ops.reshape(votes, (-1, k * types, self.num_capsules, POSE_SIZE))
 
-    def call(self, inputs):
+    def call(self, inputs, return_coefficients=False):
         poses, activations = inputs
-        return list(self._route_windows(poses, activations))
+        outputs = self._route_windows(poses, activations, return_coefficients)
+        return (list(outputs[:2]), outputs[2]) if return_coefficients else list(outputs)
 
     def compute_output_shape(self, input_shape):
         return list(self._output_shapes(input_shape))
@@ -427,7 +428,7 @@ class ClassMatrixCapsule(RoutedCapsule):
         )
         self.build_router((None, in_caps, self.num_capsules, POSE_SIZE), (None, in_caps))
 
-    def call(self, inputs):
+    def call(self, inputs, return_coefficients=False):
         poses, activations = inputs
         height, width, types = poses.shape[1:4]
         votes = pose_votes(
@@ -442,12 +443,18 @@ class ClassMatrixCapsule(RoutedCapsule):
             )
         votes = ops.reshape(votes, (-1, height * width * types, self.num_capsules, POSE_SIZE))
         activations = ops.reshape(activations, (-1, height * width * types))
-        return list(self.route(votes, activations))
+        outputs = self.route(votes, activations, return_coefficients=return_coefficients)
+        return (list(outputs[:2]), outputs[2]) if return_coefficients else list(outputs)
 
     def compute_output_shape(self, input_shape):
         poses_shape, _ = check_matrix_inputs(self.__class__.__name__, input_shape)
         batch = poses_shape[0]
         return [(batch, self.num_capsules, POSE_SIZE), (batch, self.num_capsules)]
+
+    def compute_coefficients_shape(self, input_shape):
+        poses_shape, _ = check_matrix_inputs(self.__class__.__name__, input_shape)
+        batch, height, width, types = poses_shape[:4]
+        return (batch, height * width * types, self.num_capsules)
 
     def get_config(self):
         config = super().get_config()

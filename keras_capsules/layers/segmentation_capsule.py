@@ -117,20 +117,28 @@ class LocalCapsuleBase(XlaHinted, RoutedCapsule):
         votes = ops.transpose(votes, (0, 2, 3, 1, 4, 5))
         return ops.reshape(votes, (-1, types, self.num_capsules, self.capsule_dim))
 
-    def call(self, inputs):
-        height, width = self._check_poses(inputs.shape)[1:3]
-        parent_poses, activations = self.route(self.votes(inputs), None)
+    def call(self, inputs, return_coefficients=False):
+        height, width, types = self._check_poses(inputs.shape)[1:4]
+        parent_poses, activations, *coefficients = self.route(
+            self.votes(inputs), None, return_coefficients=return_coefficients
+        )
         grid = (-1, *self._out_grid((height, width)), self.num_capsules)
         poses = ops.reshape(parent_poses, (*grid, self.capsule_dim))
-        if self.return_activations:
-            return poses, ops.reshape(activations, grid)
-        return poses
+        outputs = (poses, ops.reshape(activations, grid)) if self.return_activations else poses
+        if not return_coefficients:
+            return outputs
+        window = (*grid[:-1], types, self.num_capsules)
+        return outputs, ops.reshape(coefficients[0], window)
 
     def compute_output_shape(self, input_shape):
         batch, height, width = self._check_poses(input_shape)[:3]
         grid = (batch, *self._out_grid((height, width)), self.num_capsules)
         poses = (*grid, self.capsule_dim)
         return (poses, grid) if self.return_activations else poses
+
+    def compute_coefficients_shape(self, input_shape):
+        batch, height, width, types = self._check_poses(input_shape)[:4]
+        return (batch, *self._out_grid((height, width)), types, self.num_capsules)
 
     def get_config(self):
         config = super().get_config()

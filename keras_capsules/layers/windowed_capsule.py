@@ -122,8 +122,10 @@ class WindowedCapsule(RoutedCapsule):
         votes_shape = self._votes_shape(types, self._out_dim(in_dim))
         self.build_router(votes_shape, None if activations_shape is None else votes_shape[:2])
 
-    def _route_windows(self, poses, activations):
-        """Windowed routing: `(poses, activations)` of the parent grid."""
+    def _route_windows(self, poses, activations, return_coefficients=False):
+        """Windowed routing: `(poses, activations)` of the parent grid, and
+        with `return_coefficients` the coefficients `(batch, *grid, K *
+        types, num_capsules)` of each output position's window."""
         types, in_dim = poses.shape[-2:]
         k = math.prod(self.kernel_size)
         windows = extract_windows(poses, self.kernel_size, self.strides, self.padding)
@@ -132,12 +134,18 @@ class WindowedCapsule(RoutedCapsule):
         if activations is not None:
             activations = extract_windows(activations, self.kernel_size, self.strides, self.padding)
             activations = ops.reshape(activations, (-1, k * types))
-        parent_poses, parent_activations = self.route(votes, activations)
+        parent_poses, parent_activations, *coefficients = self.route(
+            votes, activations, return_coefficients=return_coefficients
+        )
         grid = (-1, *self._out_grid, self.num_capsules)
-        return (
+        outputs = (
             ops.reshape(parent_poses, (*grid, parent_poses.shape[-1])),
             ops.reshape(parent_activations, grid),
         )
+        if return_coefficients:
+            window = (-1, *self._out_grid, k * types, self.num_capsules)
+            outputs += (ops.reshape(coefficients[0], window),)
+        return outputs
 
     def _output_shapes(self, input_shape):
         poses_shape, _ = self._grid_shapes(input_shape)
@@ -150,6 +158,12 @@ class WindowedCapsule(RoutedCapsule):
         )
         grid = (poses_shape[0], *out_grid, self.num_capsules)
         return (*grid, self._out_dim(poses_shape[-1])), grid
+
+    def compute_coefficients_shape(self, input_shape):
+        poses_shape, _ = self._grid_shapes(input_shape)
+        grid = self._output_shapes(input_shape)[1]
+        children = math.prod(self.kernel_size) * poses_shape[-2]
+        return (*grid[:-1], children, self.num_capsules)
 
     def get_config(self):
         config = super().get_config()

@@ -261,8 +261,7 @@ class CapsuleClassifier(CapsuleModel):
     def routing_coefficients(self, images):
         """Coupling coefficients of the class capsules, `(batch, in_caps, num_classes)`."""
         children = self.child_capsules(ops.convert_to_tensor(images), training=False)
-        layer = self.digit_capsules
-        return layer.router(layer.votes(children), None, return_coefficients=True)[2]
+        return self.digit_capsules(children, return_coefficients=True)[1]
 
     def get_config(self):
         config = super().get_config()  # name, trainable, dtype, input_shape, num_classes

@@ -27,7 +27,7 @@ same_on_every_backend = pytest.mark.skipif(
 
 # script -> (extra flags of its smoke run, extra outputs)
 SCRIPTS = {
-    "mnist_capsnet": ([], CAPSULE_FIGURES),
+    "mnist_capsnet": ([], [*CAPSULE_FIGURES, "routing_maps.png"]),
     "mnist_efficient_capsnet": ([], CAPSULE_FIGURES),
     "smallnorb_efficient_capsnet": ([], CAPSULE_FIGURES),
     # EM routing on the full-size net takes minutes per step here; the
