@@ -55,7 +55,7 @@ from keras_capsules.layers import (
     Squash,
 )
 from keras_capsules.losses import MarginLoss, SoftDiceLoss, SpreadLoss, WeightedBinaryCrossentropy
-from keras_capsules.metrics import DiceCoefficient, LabelSetAccuracy
+from keras_capsules.metrics import DiceCoefficient, ExactSetAccuracy, LabelSetAccuracy
 from keras_capsules.models import (
     CapsNet,
     CapsuleClassifier,

@@ -21,6 +21,11 @@ class LabelSetAccuracy(keras.metrics.MeanMetricWrapper):
     With `k = 1` this is plain accuracy (ties aside). Its error is the
     MultiMNIST error of Sabour et al. 2017.
 
+    It is for images that all hold exactly `k` labels: an image with fewer
+    or more is never counted correct, however right its scores. For a
+    number of labels that varies from image to image (0 to 3 objects, say)
+    use `ExactSetAccuracy`, which thresholds the scores instead.
+
     Args:
         k: labels per image, `>= 1`.
         name: the metric's name.
@@ -56,6 +61,63 @@ def label_set_correct(y_true, y_pred, k=2):
     kth = ops.top_k(scores, k)[0][:, k - 1 :]
     predicted = ops.cast(scores >= kth, "float32")
     return ops.cast(ops.all(predicted == ops.cast(y_true, "float32"), axis=-1), "float32")
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class ExactSetAccuracy(keras.metrics.MeanMetricWrapper):
+    """Share of images whose predicted label set is exactly their label set.
+
+    For multi-label images with any number of labels (none included): the
+    predicted set is the classes whose score (capsule length) is above
+    `threshold`, the true set the classes whose target is above 0.5:
+
+    ```
+    correct = all_i [score_i > threshold] == [y_i > 0.5]
+    ```
+
+    An image with no label is correct when no score passes the threshold.
+    Per-label figures come with Keras: `keras.metrics.BinaryAccuracy(
+    threshold=0.5)` (the share of correct class decisions) and
+    `keras.metrics.F1Score(average="macro", threshold=0.5)`.
+
+    Args:
+        threshold: the score above which a class is predicted, in [0, 1).
+        name: the metric's name.
+        dtype: the metric's dtype.
+
+    Call arguments (`update_state`):
+        y_true: k-hot labels `(batch, num_classes)` (any `k` per image;
+            `keras_capsules.labels.multi_hot` makes them from class ids
+            padded with -1).
+        y_pred: class scores `(batch, num_classes)`.
+        sample_weight: optional `(batch,)` weights.
+
+    Example (three images: two labels, none, one):
+
+    >>> metric = keras_capsules.metrics.ExactSetAccuracy()
+    >>> metric.update_state(np.array([[1, 1, 0], [0, 0, 0], [0, 0, 1]]),
+    ...                     np.array([[0.9, 0.8, 0.1], [0.2, 0.1, 0.3], [0.9, 0.1, 0.7]]))
+    >>> round(float(metric.result()), 4)
+    0.6667
+
+    Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
+    NeurIPS 2017 (capsule lengths as independent class probabilities).
+    """
+
+    def __init__(self, threshold=0.5, name="exact_set_accuracy", dtype=None):
+        self.threshold = finite_float(threshold, "threshold", 0.0, 1.0, True, False)
+        super().__init__(fn=exact_set_correct, name=name, dtype=dtype, threshold=self.threshold)
+
+    def get_config(self):
+        return {"threshold": self.threshold, "name": self.name, "dtype": self.dtype}
+
+
+def exact_set_correct(y_true, y_pred, threshold=0.5):
+    """1.0 per image whose classes scored above `threshold` are exactly
+    its labelled classes (targets above 0.5)."""
+    predicted = ops.cast(y_pred, "float32") > threshold
+    labelled = ops.cast(y_true, "float32") > 0.5
+    return ops.cast(ops.all(predicted == labelled, axis=-1), "float32")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

@@ -203,7 +203,30 @@ class CapsuleModel(keras.Model):
         labels = y.get("labels") if isinstance(y, dict) else y
         check_class_ids(labels, self.num_classes, name, self.labels_per_image)
 
+    def check_images(self, x, name="x"):
+        """Raises a `ValueError` naming `name` unless images `x` (an array,
+        a tensor, or a dataset whose elements start with images) have the
+        shape `(batch, *input_shape)`. `fit`, `evaluate` and `predict`
+        call it before Keras traces a step: on JAX a step that fails inside
+        Keras's traced function leaves the model unable to save."""
+        spec = getattr(x, "element_spec", None)  # a tf.data.Dataset
+        if spec is not None:
+            x = spec[0] if isinstance(spec, (tuple, list)) else spec
+        shape = getattr(x, "shape", None)
+        if shape is None or isinstance(x, dict):
+            return
+        shape = tuple(None if n is None else int(n) for n in shape)
+        expected = (None, *self.image_shape)
+        if len(shape) != len(expected) or any(
+            n is not None and n != e for n, e in zip(shape[1:], expected[1:])
+        ):
+            raise ValueError(
+                f"{self.__class__.__name__} expects images of shape (batch, "
+                f"{', '.join(map(str, self.image_shape))}). Received: {name}.shape={shape}"
+            )
+
     def fit(self, x=None, y=None, *args, **kwargs):
+        self.check_images(x)
         self.check_targets(y, "y")
         validation = kwargs.get("validation_data")
         if isinstance(validation, (tuple, list)) and len(validation) >= 2:
@@ -211,8 +234,13 @@ class CapsuleModel(keras.Model):
         return super().fit(x, y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
+        self.check_images(x)
         self.check_targets(y, "y")
         return super().evaluate(x, y, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        self.check_images(x)
+        return super().predict(x, *args, **kwargs)
 
     # Compiling.
 

@@ -641,3 +641,28 @@ def test_evaluate_preset_with_the_authors_weights_on_mock_smallnorb(tmp_path):
         + ["--output-dir", str(tmp_path)]
     )
     assert metrics["parameters"] == 381_234 and metrics["test_examples"] == 8
+
+
+def test_multilabel_example_trains_both_models(tmp_path):
+    # Few images and one epoch: the script's code on this backend; the
+    # learning on more images is measured by the script itself.
+    results = example("multilabel_shapes").main(
+        ["--epochs", "1", "--train", "64", "--test", "32", "--output-dir", str(tmp_path)]
+    )
+    with open(tmp_path / "metrics.json") as f:
+        assert json.load(f) == json.loads(json.dumps(results))
+    for name in ("capsules", "cnn"):
+        row = results[name]
+        assert 0 <= row["exact_set_accuracy"] <= 1 and 0 <= row["per_label_accuracy"] <= 1
+    ratio = results["capsules"]["parameters"] / results["cnn"]["parameters"]
+    assert 0.8 < ratio < 1.25, ratio  # "of about the same size"
+
+
+def test_multilabel_shapes_labels_match_the_images():
+    shapes = example("multilabel_shapes").shapes
+    images, labels, numbers = shapes(200, seed=3)
+    np.testing.assert_array_equal(labels.sum(-1), numbers)
+    assert set(numbers) == {0, 1, 2, 3}
+    # An image without objects is noise only (below 0.2); each object
+    # draws pixels of 1.
+    assert images[numbers == 0].max() < 0.2 and images[numbers > 0].max() == 1.0

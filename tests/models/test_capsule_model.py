@@ -97,3 +97,28 @@ def test_compile_auto_keeps_xla_off_on_cpu_for_models_slower_with_it():
         model.compile()
         assert model.jit_compile == keras_auto, type(model).__name__
     assert kc.models.EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,)).xla_on_cpu is True
+
+
+@pytest.mark.parametrize("method", ["predict", "evaluate", "fit"])
+def test_wrong_image_shape_is_refused_before_any_step_and_the_model_still_saves(method, tmp_path):
+    # On JAX a step that fails inside Keras's traced function leaves the
+    # model unable to save ('NoneType' object is not callable); the ready
+    # models name the expected shape before Keras traces anything.
+    model = tiny_capsnet()
+    images, labels = batch(model.image_shape)
+    model.predict(images, verbose=0)
+    wrong = images[:, :-2]
+    args = (wrong,) if method == "predict" else (wrong, labels)
+    with pytest.raises(ValueError, match=r"expects images of shape \(batch, 20, 20, 1\)"):
+        getattr(model, method)(*args, verbose=0)
+    model.save(tmp_path / "model.keras")
+    assert keras.saving.load_model(tmp_path / "model.keras", safe_mode=True) is not None
+
+
+def test_a_dataset_of_wrong_images_is_refused():
+    tf = pytest.importorskip("tensorflow")
+    model = tiny_capsnet()
+    images, labels = batch(model.image_shape)
+    dataset = tf.data.Dataset.from_tensor_slices((images[:, :, :-1], labels)).batch(4)
+    with pytest.raises(ValueError, match=r"Received: x.shape=\(None, 20, 19, 1\)"):
+        model.evaluate(dataset, verbose=0)
