@@ -55,16 +55,24 @@ def strokes(count, seed):
 def build(router, init):
     import keras
 
+    class AddPositions(keras.layers.Layer):
+        """A learned embedding per token position, added to the tokens."""
+
+        def build(self, input_shape):
+            self.positions = self.add_weight(
+                shape=tuple(input_shape[1:]), initializer="random_normal", name="positions"
+            )
+
+        def call(self, tokens):
+            return tokens + self.positions
+
     import keras_capsules as kc
 
     tokens_per_side = SIZE // PATCH
     images = keras.Input((SIZE, SIZE, 1))
     x = keras.layers.Conv2D(WIDTH, PATCH, strides=PATCH)(images)
     x = keras.layers.Reshape((tokens_per_side**2, WIDTH))(x)
-    positions = keras.layers.Embedding(tokens_per_side**2, WIDTH)(
-        keras.ops.arange(tokens_per_side**2)[None]
-    )
-    x = keras.layers.Add()([x, positions])
+    x = AddPositions()(x)
     attended = keras.layers.MultiHeadAttention(4, WIDTH // 4)(x, x)
     x = keras.layers.LayerNormalization()(keras.layers.Add()([x, attended]))
     mlp = keras.layers.Dense(2 * WIDTH, activation="gelu")(x)
