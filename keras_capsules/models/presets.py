@@ -123,13 +123,24 @@ def _sha256(path):
 
 def _weights_file(preset, weights, cache_dir):
     if weights is None:
-        return keras.utils.get_file(
-            preset.file_name,
-            preset.url,
-            file_hash=preset.sha256,
-            cache_subdir="keras_capsules",
-            cache_dir=cache_dir,
-        )
+        try:
+            return keras.utils.get_file(
+                preset.file_name,
+                preset.url,
+                file_hash=preset.sha256,
+                cache_subdir="keras_capsules",
+                cache_dir=cache_dir,
+            )
+        except Exception as error:  # Keras raises a bare Exception on a failed fetch.
+            if not _is_fetch_failure(error):
+                raise
+            raise ConnectionError(
+                f"Could not download the weights of the preset {preset.name!r}: "
+                f"{preset.file_name} from {preset.url} ({error}). Without internet, "
+                f"copy that file ({preset.source}, {preset.license} license, sha256 "
+                f"{preset.sha256}) onto this machine and pass its path: "
+                f"from_preset({preset.name!r}, weights=PATH)."
+            ) from error
     weights = os.fspath(weights)
     if not os.path.isfile(weights):
         raise ValueError(
@@ -144,6 +155,12 @@ def _weights_file(preset, weights, cache_dir):
             f"with sha256 {digest}"
         )
     return weights
+
+
+def _is_fetch_failure(error):
+    """Whether `keras.utils.get_file` failed to reach the URL (it wraps
+    urllib's errors in an `Exception` that says "URL fetch failure")."""
+    return isinstance(error, OSError) or "URL fetch failure" in str(error)
 
 
 def _load_keras_file(path):
@@ -185,6 +202,8 @@ def from_preset(preset, weights=None, cache_dir=None, model_class=None):
         ValueError: an unknown name, a weights file that is not the
             authors' (another sha256), a damaged file, or a preset of
             another model class.
+        ConnectionError: the authors' file could not be downloaded (the
+            message names the file, its source and `weights=PATH`).
 
     Example:
 

@@ -83,6 +83,24 @@ def test_download_checks_the_pinned_hash(tmp_path, monkeypatch):
         models.from_preset("heinsen_smallnorb", cache_dir=str(tmp_path / "cache"))
 
 
+@pytest.mark.parametrize("origin", ["http://127.0.0.1:9", "missing-file"])
+def test_a_failed_download_names_the_file_and_weights_path(tmp_path, monkeypatch, origin):
+    # Port 9 refuses the connection at once; a missing file:// is a URL error too.
+    spec, cls = presets._REGISTRY["heinsen_smallnorb"]
+    if origin == "missing-file":
+        url = (tmp_path / "absent" / spec.file_name).as_uri()
+    else:
+        url = f"{origin}/{spec.file_name}"
+    monkeypatch.setitem(
+        presets._REGISTRY, spec.name, (presets.dataclasses.replace(spec, url=url), cls)
+    )
+    with pytest.raises(ConnectionError) as raised:
+        models.from_preset("heinsen_smallnorb", cache_dir=str(tmp_path / "cache"))
+    message = str(raised.value)
+    for part in (spec.file_name, url, "weights=PATH", spec.sha256, spec.source):
+        assert part in message, (part, message)
+
+
 @pytest.mark.skipif(BACKEND != "torch", reason="the same numbers on every backend: run on torch")
 @pytest.mark.parametrize("name", sorted(models.list_presets()))
 def test_listed_parameters_are_the_models(name):
