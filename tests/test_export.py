@@ -251,3 +251,16 @@ def test_saved_model_poses_endpoint(tmp_path):
     poses = keras.ops.convert_to_numpy(model.encode(images, training=False))
     assert_serves(serve("tf_saved_model", path, images), [scores])
     assert_serves(serve("tf_saved_model", path, images, endpoint="poses"), [poses])
+
+
+def test_ready_model_exports_after_predict_alone(tmp_path):
+    # On JAX, predict makes no eager call, from which Keras would infer a
+    # subclassed model's input signature; the ready models give theirs.
+    fmt = next(f for f in FORMATS if (BACKEND, f) not in UNSUPPORTED)
+    keras.utils.set_random_seed(0)
+    model = MODELS["CapsNet"]()
+    images = np.random.default_rng(1).uniform(size=(3, *model.image_shape)).astype("float32")
+    scores = model.predict(images, verbose=0)
+    path = str(tmp_path / FILENAMES[fmt])
+    model.export(path, format=fmt, verbose=False)
+    assert_serves(serve(fmt, path, images), [scores])

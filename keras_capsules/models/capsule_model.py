@@ -12,6 +12,25 @@ from keras_capsules.models.xla import xla_compile_kwargs
 from keras_capsules.validation import int_tuple, positive_int
 
 
+def portable_optimizer_config(config):
+    """The serialized optimizer `config`, made loadable on every backend.
+
+    Keras 3.15.1 records an optimizer compiled on torch under its torch-only
+    class (module `keras.src.backend.torch.optimizers...`), which cannot
+    train on TensorFlow or JAX; the same optimizer under its public class
+    (`keras.optimizers.Adam`, same arguments) trains everywhere, and keeps
+    the saved optimizer variables (same names, same order).
+    """
+    if not isinstance(config, dict) or not str(config.get("module", "")).startswith(
+        "keras.src.backend."
+    ):
+        return config
+    name = config.get("class_name")
+    if not isinstance(name, str) or not hasattr(keras.optimizers, name):
+        return config
+    return {**config, "module": "keras.optimizers", "registered_name": None}
+
+
 class CapsuleModel(keras.Model):
     """Base of the ready models (the task contract): images in, scores out.
 
@@ -242,6 +261,21 @@ class CapsuleModel(keras.Model):
         self.check_images(x)
         return super().predict(x, *args, **kwargs)
 
+    def export(
+        self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs
+    ):
+        """`keras.Model.export`, with the images' signature `(None,
+        *input_shape)` when `input_signature` is `None`: Keras infers a
+        subclassed model's signature from an eager call, which `predict` on
+        JAX does not make, so a model that has only predicted exports too."""
+        if input_signature is None and self.built:
+            input_signature = [
+                keras.InputSpec(shape=(None, *self.image_shape), dtype=self.input_dtype)
+            ]
+        return super().export(
+            filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs
+        )
+
     # Compiling.
 
     def default_optimizer(self):
@@ -274,6 +308,7 @@ class CapsuleModel(keras.Model):
     def compile_from_config(self, config):
         # Keras's own skips models that override `compile`: a loaded `.keras`
         # file comes back compiled, through the `compile` above.
+        config = dict(config, optimizer=portable_optimizer_config(config.get("optimizer")))
         self.compile(**keras.saving.deserialize_keras_object(config))
         if hasattr(self, "optimizer") and self.built:
             self.optimizer.build(self.trainable_variables)  # its variables, to load

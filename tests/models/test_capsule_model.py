@@ -111,6 +111,9 @@ def test_wrong_image_shape_is_refused_before_any_step_and_the_model_still_saves(
     args = (wrong,) if method == "predict" else (wrong, labels)
     with pytest.raises(ValueError, match=r"expects images of shape \(batch, 20, 20, 1\)"):
         getattr(model, method)(*args, verbose=0)
+    if method == "predict":  # A direct call: Keras's input check names the shape.
+        with pytest.raises(ValueError, match=r"expected shape=\(None, 20, 20, 1\)"):
+            model(wrong)
     model.save(tmp_path / "model.keras")
     assert keras.saving.load_model(tmp_path / "model.keras", safe_mode=True) is not None
 
