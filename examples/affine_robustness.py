@@ -32,7 +32,7 @@ counts. Both: Adam 5e-4, x 0.97 each epoch, batch 32.
 
 Writes metrics.json, one training_log_<model>.csv per model,
 affine_robustness.png (affine against clean test accuracy, per epoch) and
-affine_examples.png to --output-dir (default runs/affine_robustness).
+affine_examples.png to --output-dir (default runs/affine_robustness/<backend>).
 """
 
 import argparse
@@ -45,7 +45,7 @@ import affine_data
 import atomic
 import common
 import data
-import keras  # noqa: F401  (before tensorflow, see common.py)
+import keras  # Before tensorflow, see common.py.
 import tensorflow as tf
 
 from keras_capsules.models import CapsNet, EfficientCapsNet
@@ -76,7 +76,9 @@ def parse_args(argv=None):
     parser.add_argument("--validation-fraction", type=float, default=0.1, metavar="F")
     parser.add_argument("--steps-per-epoch", type=int, default=None)
     parser.add_argument("--test-seed", type=int, default=0, help="draws the two test sets")
-    parser.add_argument("--seed", type=int, default=None, help="keras.utils.set_random_seed")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="keras.utils.set_random_seed (default: 0)"
+    )
     parser.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--output-dir", default=None)
@@ -197,6 +199,7 @@ def train(name, model, loss, args, train_batches, sets, output_dir):
         validation_steps=test_steps,
         callbacks=callbacks,
         verbose=2 if args.smoke else "auto",
+        shuffle=False,  # The batches come shuffled.
     )
     last = tests.curve[-1]
     return {
@@ -248,7 +251,9 @@ def main(argv=None):
     if argv is None:
         common.use_xla_cpu_convolutions()
     args = parse_args(argv)
-    output_dir = args.output_dir or os.path.join("runs", "affine_robustness")
+    output_dir = args.output_dir or os.path.join(
+        "runs", "affine_robustness", keras.backend.backend()
+    )
     os.makedirs(output_dir, exist_ok=True)
     if args.seed is not None:
         keras.utils.set_random_seed(args.seed)

@@ -19,7 +19,7 @@ run.
 
 Writes training_log.csv, metrics.json, model.keras (backbone included) and
 figures (training curves, routing coefficients; reconstructions with
-`--reconstruction`) to --output-dir (default runs/cifar10_backbone_capsnet).
+`--reconstruction`) to --output-dir (default runs/cifar10_backbone_capsnet/<backend>).
 """
 
 import common

@@ -14,7 +14,6 @@ import csv
 import json
 import math
 import os
-import random
 import sys
 import time
 
@@ -109,7 +108,7 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arg
         default=None,
         help="seed of Python, NumPy, TensorFlow and the backend "
         "(keras.utils.set_random_seed) and of the training data's order and "
-        "augmentation (default: a random seed, recorded in metrics.json)",
+        "augmentation (default: 0; recorded in metrics.json)",
     )
     parser.add_argument(
         "--resume",
@@ -433,7 +432,8 @@ def run(
         use_xla_cpu_convolutions()
 
     args = parse_args(description, epochs, batch_size, routers, argv, add_arguments)
-    output_dir = args.output_dir or os.path.join("runs", name)
+    # One folder per backend: runs of one example on several backends side by side.
+    output_dir = args.output_dir or os.path.join("runs", name, keras.backend.backend())
     os.makedirs(output_dir, exist_ok=True)
     if args.seeds > 1:
         return run_seeds(call, args, output_dir)
@@ -443,10 +443,10 @@ def run(
     state = resumed_state(args, output_dir, backup_path)
     if isinstance(state, dict):  # a finished run: its metrics
         return state
-    # One seed for the weights, the data order and augmentation; an
-    # unseeded run draws one, so that it too can resume.
+    # One seed for the weights, the data order and augmentation: the same
+    # numbers each time a command runs (0 unless --seed says otherwise).
     seed = state.seed if state else args.seed
-    seed = random.SystemRandom().randrange(2**31) if seed is None else seed
+    seed = 0 if seed is None else seed
     keras.utils.set_random_seed(seed)
     first_epoch = state.epochs_done if state else 0
     keras.config.set_dtype_policy(args.mixed_precision)

@@ -100,11 +100,20 @@ def _unavailable(name, split, data_dir, error):
     )
 
 
-def load_split(name, split, data_dir=None, download=True):
-    """`tfds.load(name, split=split)` as a dict dataset, with a clear error."""
+def load_split(name, split, data_dir=None, download=True, read_whole=True):
+    """`tfds.load(name, split=split)` as a dict dataset, with a clear error.
+
+    `read_whole=False`: for data that is read only in part each epoch
+    (`--steps-per-epoch`). TFDS caches small datasets in memory as they are
+    first read, and tf.data warns of a cache that is left unfinished; a
+    split that is read in part is not cached.
+    """
     data_dir = data_dir or os.environ.get("TFDS_DATA_DIR")
+    read_config = None if read_whole else tfds.ReadConfig(try_autocache=False)
     try:
-        return tfds.load(name, split=split, data_dir=data_dir, download=download)
+        return tfds.load(
+            name, split=split, data_dir=data_dir, download=download, read_config=read_config
+        )
     except Exception as error:  # TFDS raises many types (network, not found).
         raise _unavailable(name, split, data_dir, error) from error
 
@@ -214,6 +223,12 @@ def epoch_order(args):
     """The `EpochOrder` that `common.run` puts on `args` (`None` without it:
     epoch 0 of a fresh seed)."""
     return getattr(args, "epoch_order", None)
+
+
+def reads_whole_epochs(training, order):
+    """Whether a loader reads its whole split (not only `steps_per_epoch`
+    batches of the training epochs of `order`)."""
+    return not training or order is None or order.steps_per_epoch is None
 
 
 def fresh_seed():
@@ -435,8 +450,9 @@ def mnist(
     """
     if augment not in MNIST_AUGMENTATIONS:
         raise ValueError(f"Unknown MNIST augmentation. Received: augment={augment!r}")
-    ds = load_split("mnist", split, data_dir, download).map(_mnist_image, AUTOTUNE)
     training = augment is not None if shuffle is None else shuffle
+    ds = load_split("mnist", split, data_dir, download, reads_whole_epochs(training, order))
+    ds = ds.map(_mnist_image, AUTOTUNE)
     if not training:
         return _evaluation_batches(ds, batch_size, drop_remainder)
     return training_batches(
@@ -632,7 +648,7 @@ def smallnorb(
         )
     pair, train, test, train_batch = SMALLNORB_RECIPES[recipe]
     training = split == "train" if training is None else training
-    ds = load_split("smallnorb", split, data_dir, download)
+    ds = load_split("smallnorb", split, data_dir, download, reads_whole_epochs(training, order))
     if viewpoints is not None:
         ds = ds.filter(viewpoint_filter(*viewpoints))
     ds = ds.map(pair, AUTOTUNE)
@@ -1006,7 +1022,8 @@ def oxford_pets_segmentation(
     `training_batches`). Yields `(images (batch, s, s, 3) float32 in [0, 1],
     masks (batch, s, s, 1) float32 of 0/1)`.
     """
-    ds = load_split("oxford_iiit_pet", split, data_dir, download)
+    whole = reads_whole_epochs(training, order)
+    ds = load_split("oxford_iiit_pet", split, data_dir, download, whole)
     ds = ds.map(_pet_and_mask(image_size), AUTOTUNE)
     if not training:
         return _evaluation_batches(ds, batch_size, drop_remainder)
@@ -1081,7 +1098,8 @@ def cifar10(
         padded = tf.pad(image, [[4, 4], [4, 4], [0, 0]])
         return resize(tf.image.stateless_random_crop(padded, (32, 32, 3), stream(key, 1))), label
 
-    ds = load_split("cifar10", split, data_dir, download).map(prepare, AUTOTUNE)
+    whole = reads_whole_epochs(training, order)
+    ds = load_split("cifar10", split, data_dir, download, whole).map(prepare, AUTOTUNE)
     if not training:
         return _evaluation_batches(ds.map(lambda x, y: (resize(x), y)), batch_size, drop_remainder)
     return training_batches(

@@ -18,7 +18,7 @@ authors' weights file from their repository (or reading a local copy,
 
 `--preset` also takes a `.keras` file of one of these models (a fine-tuned
 preset). Writes metrics.json (accuracy, per-class accuracy, images/s) to
---output-dir (default runs/evaluate_<preset>).
+--output-dir (default runs/evaluate_<preset>/<backend>).
 """
 
 import argparse
@@ -27,7 +27,7 @@ import os
 import time
 
 import atomic
-import keras  # noqa: F401  (before tensorflow, see common.py)
+import keras  # Before tensorflow, see common.py.
 import numpy as np
 
 from keras_capsules.models import EfficientCapsNet, HeinsenCapsNet, from_preset, list_presets
@@ -82,7 +82,9 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     name = os.path.splitext(os.path.basename(args.preset))[0]
-    output_dir = args.output_dir or os.path.join("runs", f"evaluate_{name}")
+    output_dir = args.output_dir or os.path.join(
+        "runs", f"evaluate_{name}", keras.backend.backend()
+    )
     os.makedirs(output_dir, exist_ok=True)
 
     model = from_preset(args.preset, weights=args.weights)

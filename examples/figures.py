@@ -143,14 +143,26 @@ def plot_reconstructions(model, images, labels, path, class_names=None):
 
 # Sabour et al.'s perturbations of one pose dimension.
 PERTURBATION_STEPS = np.linspace(-0.25, 0.25, 11)
+#: The dimensions shown: those whose perturbation changes the picture most.
+PERTURBATION_DIMS = 6
+#: Below this mean pixel change across the steps (a fraction of the
+#: reconstructions' largest value: 1 for images in [0, 1]), no dimension
+#: visibly changes the reconstruction (an undertrained decoder): no figure.
+MIN_VISIBLE_CHANGE = 0.01
 
 
-def plot_perturbations(model, poses, path, steps=PERTURBATION_STEPS, class_names=None):
+def plot_perturbations(
+    model, poses, path, steps=PERTURBATION_STEPS, class_names=None, dims_shown=PERTURBATION_DIMS
+):
     """Sabour et al. Fig. 4: tweak each dimension of the winning capsule, decode.
 
     `poses`: one image's class-capsule poses `(num_classes, dim)`. Row d
     shows the reconstruction when dimension d of the predicted class
-    capsule is shifted by each value of `steps`, the other capsules zeroed.
+    capsule is shifted by each value of `steps`, the other capsules zeroed;
+    the `dims_shown` dimensions that change it most, in order. Returns
+    whether it wrote the figure: not when no dimension changes the
+    reconstruction visibly (mean pixel change under `MIN_VISIBLE_CHANGE`),
+    as after a short run.
     """
     winner = int(np.linalg.norm(poses, axis=-1).argmax())
     dims = poses.shape[-1]
@@ -162,39 +174,56 @@ def plot_perturbations(model, poses, path, steps=PERTURBATION_STEPS, class_names
     decoded = decoded.reshape((dims, len(steps)) + decoded.shape[1:])
     single_channel = decoded.shape[-1] == 1
     decoded = decoded[..., 0]  # stereo pairs: the first camera, as _show
+    # Each dimension's effect: the mean absolute change from the unperturbed picture.
+    middle = decoded[:, len(steps) // 2 : len(steps) // 2 + 1]
+    change = np.abs(decoded - middle).mean(axis=(1, 2, 3))
+    if change.max() <= MIN_VISIBLE_CHANGE * np.abs(decoded).max():
+        print(
+            f"perturbations.png not written: no pose dimension changes the reconstruction "
+            f"visibly yet (largest mean pixel change {change.max():.4f})"
+        )
+        return False
+    shown = np.sort(np.argsort(change)[::-1][: min(dims_shown, dims)])
+    decoded = decoded[shown]
     # One mosaic, one axes: 16 x 11 subplots took matplotlib ~3 s.
     height, width = decoded.shape[2:]
     mosaic = np.full(
-        (dims * (height + 1) - 1, len(steps) * (width + 1) - 1), decoded.max(), dtype="float32"
+        (len(shown) * (height + 1) - 1, len(steps) * (width + 1) - 1),
+        decoded.max(),
+        dtype="float32",
     )  # white gaps
-    for d in range(dims):
+    for row in range(len(shown)):
         for s in range(len(steps)):
             mosaic[
-                d * (height + 1) : d * (height + 1) + height,
+                row * (height + 1) : row * (height + 1) + height,
                 s * (width + 1) : s * (width + 1) + width,
-            ] = decoded[d, s]
-    fig, ax = plt.subplots(figsize=(len(steps) * 0.8, dims * 0.8))
+            ] = decoded[row, s]
+    fig, ax = plt.subplots(figsize=(len(steps) * 1.0 + 1.0, len(shown) * 1.0 + 1.0))
     if single_channel:
         ax.imshow(mosaic, cmap="gray", vmin=0, vmax=1)
     else:
         ax.imshow(mosaic, cmap="gray")
     ax.set_yticks(
-        [d * (height + 1) + height / 2 for d in range(dims)],
-        [f"dim {d}" for d in range(dims)],
-        fontsize=6,
+        [row * (height + 1) + height / 2 for row in range(len(shown))],
+        [f"dim {d}" for d in shown],
+        fontsize=10,
     )
     ax.set_xticks(
         [s * (width + 1) + width / 2 for s in range(len(steps))],
         [f"{step:+.2f}" for step in steps],
-        fontsize=6,
+        fontsize=9,
+        rotation=45,
     )
-    ax.set_xlabel("added to the dimension", fontsize=8)
+    ax.set_xlabel("added to the dimension", fontsize=10)
     ax.set_title(
-        f"Perturbing each dimension of the {_name(class_names, winner)!r} capsule", fontsize=9
+        f"The {len(shown)} of {dims} dimensions of the {_name(class_names, winner)!r} "
+        "capsule that change it most",
+        fontsize=11,
     )
     fig.tight_layout()
     atomic.save_figure(fig, path, dpi=100)
     plt.close(fig)
+    return True
 
 
 def plot_routing(model, images, labels, path, child_types=None, class_names=None):

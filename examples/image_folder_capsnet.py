@@ -20,7 +20,7 @@ decoders; `--color-mode grayscale` reads one channel. Writes
 training_log.csv, metrics.json (with the class names and the number of
 training, validation and test images), model.keras and the
 capsule figures (training curves, reconstructions, perturbations, routing)
-to --output-dir (default runs/image_folder_capsnet).
+to --output-dir (default runs/image_folder_capsnet/<backend>).
 """
 
 import common

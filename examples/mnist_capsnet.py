@@ -25,7 +25,7 @@ numbers.
 
 Writes training_log.csv, metrics.json, model.keras and figures (training
 curves, reconstructions, capsule-dimension perturbations as in the paper's
-Fig. 4, routing coefficients) to --output-dir (default runs/mnist_capsnet).
+Fig. 4, routing coefficients) to --output-dir (default runs/mnist_capsnet/<backend>).
 """
 
 import common

@@ -21,7 +21,7 @@ accuracy still swings by +-0.2 % from epoch to epoch (measured here).
 
 Writes training_log.csv, metrics.json, model.keras and figures (training
 curves, reconstructions, capsule-dimension perturbations, routing
-coefficients) to --output-dir (default runs/mnist_efficient_capsnet).
+coefficients) to --output-dir (default runs/mnist_efficient_capsnet/<backend>).
 """
 
 import common

@@ -57,7 +57,7 @@ def train_router(router, args):
     model = readme_model(router)
     losses = _Losses()
     start = time.perf_counter()
-    model.fit(train, epochs=1, callbacks=[losses], verbose=0)
+    model.fit(train, epochs=1, callbacks=[losses], verbose=0, shuffle=False)
     seconds = time.perf_counter() - start
     _, accuracy = model.evaluate(test, verbose=0)
     return {
@@ -81,7 +81,9 @@ def main(argv=None):
         default=None,
         help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)",
     )
-    parser.add_argument("--output-dir", default=os.path.join("runs", "readme_usage"))
+    parser.add_argument(
+        "--output-dir", default=os.path.join("runs", "readme_usage", keras.backend.backend())
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",

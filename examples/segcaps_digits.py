@@ -24,7 +24,7 @@ foreground's IoU.
 
 Writes training_log.csv, metrics.json, model.keras, training curves and
 segmentation.png (input, ground truth, prediction, reconstruction) to
---output-dir (default runs/segcaps_digits).
+--output-dir (default runs/segcaps_digits/<backend>).
 """
 
 import data

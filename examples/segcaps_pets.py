@@ -18,7 +18,7 @@ cross-entropy, optimiser and metrics (Dice, foreground IoU).
     KERAS_BACKEND=tensorflow python examples/segcaps_pets.py --image-size 64 --epochs 10
 
 Writes training_log.csv, metrics.json, model.keras, training curves and
-segmentation.png to --output-dir (default runs/segcaps_pets).
+segmentation.png to --output-dir (default runs/segcaps_pets/<backend>).
 """
 
 import data

@@ -32,7 +32,7 @@ report the test accuracy on those familiar viewpoints (test_accuracy) and
 on the novel ones (test_novel_viewpoints_accuracy) separately.
 
 Writes training_log.csv, metrics.json, model.keras and figures to
---output-dir (default runs/smallnorb_efficient_capsnet).
+--output-dir (default runs/smallnorb_efficient_capsnet/<backend>).
 """
 
 import common

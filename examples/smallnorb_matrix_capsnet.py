@@ -36,7 +36,7 @@ on the novel ones (test_novel_viewpoints_accuracy) separately.
 
 Writes training_log.csv (with the margin per epoch), metrics.json,
 model.keras and training curves to --output-dir (default
-runs/smallnorb_matrix_capsnet).
+runs/smallnorb_matrix_capsnet/<backend>).
 """
 
 import common

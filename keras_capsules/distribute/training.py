@@ -61,6 +61,9 @@ def fit(
             validation_steps=validation_steps,
             verbose=verbose,
             initial_epoch=initial_epoch,
+            # Arrays are shuffled each epoch; a dataset keeps its own order
+            # (Keras warns that `shuffle=True` is ignored for one).
+            shuffle=_is_arrays(x),
         )
     return loop.fit(
         x,
@@ -94,6 +97,12 @@ def evaluate(model, x, y=None, batch_size=None, steps=None):
     if loop is None:
         return model.evaluate(x, y, batch_size=batch_size, steps=steps, verbose=0, return_dict=True)
     return loop.evaluate(x, y, batch_size, steps)
+
+
+def _is_arrays(x):
+    """Whether `x` is arrays (or a list, tuple or dict of them), which
+    `model.fit` shuffles, rather than a dataset, which it cannot."""
+    return hasattr(x, "shape") or isinstance(x, (list, tuple, dict))
 
 
 def _multi_process_loop(model):
