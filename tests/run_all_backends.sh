@@ -14,10 +14,12 @@ if [ "${1:-}" = "--install" ]; then
   # shellcheck disable=SC1091
   . .venv/bin/activate
   python -m pip install -q --upgrade pip
-  # torch==2.13.0 is the CPU wheel these machines carry; any torch >= 2.1
-  # works for users. tensorflow-cpu is the same TensorFlow without CUDA.
-  python -m pip install -q "torch==2.13.0" tensorflow-cpu -e ".[jax,tfds,test,export]" \
+  # Any torch >= 2.1 works. PyPI's Linux torch wheel is the CUDA build:
+  # TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu takes the CPU one.
+  # tensorflow-cpu is the same TensorFlow without CUDA.
+  python -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==2.13.0" \
     || exit 1
+  python -m pip install -q tensorflow-cpu -e ".[jax,tfds,test,export]" || exit 1
 fi
 
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"
