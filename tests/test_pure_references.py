@@ -3,8 +3,9 @@
 From the Keras model's own weights, on a batch of 2: the same parameter
 count, the same first-step loss and the same gradients for every weight.
 The references do not depend on the Keras backend and the parity matrix
-makes the backends agree, so this runs on TensorFlow and torch only: on
-JAX, compiling the Keras model's gradient alone takes over a minute here.
+makes the backends agree, so this runs once, on torch, where the Keras
+model's gradient is cheapest (on JAX compiling it alone took over a minute;
+the TensorFlow run spent 40 s here).
 """
 
 import functools
@@ -18,9 +19,10 @@ import pytest
 from keras_capsules.models import CapsNet
 from tests.test_case import gradients
 
-if keras.backend.backend() == "jax":
+if keras.backend.backend() != "torch":
     pytest.skip(
-        "checked on the TensorFlow and torch backends (compile time)", allow_module_level=True
+        "the references do not depend on the backend: checked once, on torch",
+        allow_module_level=True,
     )
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))

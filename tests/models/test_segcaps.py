@@ -148,7 +148,11 @@ def test_bad_masks_are_named():
         no_decoder.decode(np.zeros((2, SIZE, SIZE, 1, 16), "float32"), np.ones((2, SIZE, SIZE, 1)))
 
 
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+# mixed_float16's forward pass: the model harness (TestSegCaps), finite and
+# the same after a round trip; its train step on torch here.
+@pytest.mark.parametrize(
+    "policy", ["mixed_bfloat16"] + (["mixed_float16"] if BACKEND == "torch" else [])
+)
 def test_mixed_precision_is_finite(policy):
     model = kc.models.SegCaps((SIZE, SIZE, 1), router=TWO_ITERATIONS, dtype=policy)
     images, masks = squares(4)
