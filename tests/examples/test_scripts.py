@@ -26,6 +26,8 @@ PERTURBATIONS = "perturbations.png"
 
 def assert_perturbations_or_why_not(out, printed):
     assert (out / PERTURBATIONS).exists() or f"{PERTURBATIONS} not written" in printed
+
+
 # Data pipelines (tf.data) and command-line parsing are the same code on
 # every backend: their tests run once, in the torch run.
 same_on_every_backend = pytest.mark.skipif(
