@@ -30,14 +30,16 @@ class Capsule(RoutedCapsule):
     in_dim, capsule_dim)`, serves every child (then `in_caps` may vary).
     Votes are one einsum.
 
-    A parent pose's length is its activation, whatever the router: the
+    A parent pose's length is its activation for every router but EM: the
     routers that squash (dynamic, sparse attention, self-attention) make it
     so; inverted dot-product routing's poses, layer-normalised to a fixed
     length, are rescaled to the length of its activations
     (`Router.fixed_length_poses`); Heinsen routing's, whose activations are
     logits, to the length `sigmoid(a_out)`, which the layer returns as the
-    activations (`Router.logit_activations`). So `Length()` of the poses
-    gives class scores for `MarginLoss` with every router.
+    activations (`Router.logit_activations`). EM routing's poses are its
+    Gaussians' means (its activations are returned beside them), whose
+    lengths the default transforms start below 1 too. So `Length()` of the
+    poses gives class scores for `MarginLoss` with every router.
 
     Initialisation: the default `W` (`kernel_initializer=None`) is a
     truncated normal of standard deviation `vote_stddev / 0.5`

@@ -129,12 +129,20 @@ class EMRouting(XlaHinted, Router):
         self.beta_a = self.add_weight(name="beta_a", shape=(out_caps,), initializer="zeros")
 
     def vote_stddev(self, children, parents, dim, coherent=False):
-        """1: unit-variance votes (see `Router.vote_stddev`).
+        """1: unit-variance votes (see `Router.vote_stddev`); coherent
+        votes: `0.5 / sqrt(dim)`.
 
         EM fits a Gaussian to each parent's votes: votes of unit variance start
         each Gaussian at log-variance ~0, where its cost and activation are
         near their midpoints (much smaller votes saturate the activations).
+        Coherent votes (children alike, one shared transform) have little
+        spread at any scale, so the activations start saturated whatever it
+        is; the scale then sets only the poses, each the mean of alike votes,
+        i.e. one of them: `0.5 / sqrt(dim)` starts them at length ~0.5, as
+        the squashed parents of the other routers.
         """
+        if coherent:
+            return 0.5 / dim**0.5
         return 1.0
 
     def inverse_temperatures(self):
