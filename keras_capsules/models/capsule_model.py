@@ -12,7 +12,7 @@ from keras_capsules.models.xla import xla_compile_kwargs
 from keras_capsules.validation import int_tuple, positive_int
 
 
-def portable_optimizer_config(config):
+def _portable_optimizer_config(config):
     """The serialized optimizer `config`, made loadable on every backend.
 
     Keras 3.15.1 records an optimizer compiled on torch under its torch-only
@@ -308,7 +308,7 @@ class CapsuleModel(keras.Model):
     def compile_from_config(self, config):
         # Keras's own skips models that override `compile`: a loaded `.keras`
         # file comes back compiled, through the `compile` above.
-        config = dict(config, optimizer=portable_optimizer_config(config.get("optimizer")))
+        config = dict(config, optimizer=_portable_optimizer_config(config.get("optimizer")))
         self.compile(**keras.saving.deserialize_keras_object(config))
         if hasattr(self, "optimizer") and self.built:
             self.optimizer.build(self.trainable_variables)  # its variables, to load
