@@ -7,6 +7,7 @@ exists relative to the Markdown file, and an anchor into a Markdown file must
 be the GitHub slug of one of its headings. Pure Python: no Keras, no network.
 """
 
+import functools
 import os
 import re
 import urllib.parse
@@ -17,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Folders that hold no documentation of the project: environments, build
 # outputs, caches and the example scripts' run folders.
-_SKIP_DIRS = {"build", "dist", "runs", "run-multimnist", "node_modules", "__pycache__"}
+_SKIP_DIRS = {"build", "dist", "runs", "node_modules", "__pycache__"}
 
 
 def _markdown_files():
@@ -115,14 +116,10 @@ def _anchors(text):
     return anchors
 
 
-_ANCHOR_CACHE = {}
-
-
+@functools.cache
 def _anchors_of(path):
-    if path not in _ANCHOR_CACHE:
-        with open(path, encoding="utf-8") as f:
-            _ANCHOR_CACHE[path] = _anchors(f.read())
-    return _ANCHOR_CACHE[path]
+    with open(path, encoding="utf-8") as f:
+        return _anchors(f.read())
 
 
 def _paragraphs(text):
