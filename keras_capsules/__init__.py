@@ -53,6 +53,7 @@ from keras_capsules.layers import (
     RoutedCapsule,
     SetPrimaryCapsule,
     Squash,
+    VectorRouting,
 )
 from keras_capsules.losses import MarginLoss, SoftDiceLoss, SpreadLoss, WeightedBinaryCrossentropy
 from keras_capsules.metrics import DiceCoefficient, ExactSetAccuracy, LabelSetAccuracy

@@ -21,3 +21,4 @@ from keras_capsules.layers.primary_capsule_1d import PrimaryCapsule1D
 from keras_capsules.layers.segmentation_capsule import LocalCapsule2D, LocalDeconvCapsule2D
 from keras_capsules.layers.set_primary_capsule import SetPrimaryCapsule
 from keras_capsules.layers.squash import Squash
+from keras_capsules.layers.vector_routing import VectorRouting

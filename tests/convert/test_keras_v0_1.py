@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from keras_capsules.convert import keras_v0_1
-from tests.test_case import BACKEND, as_list
+from tests.test_case import as_list
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "v0_1_0"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["fixtures"]
@@ -44,10 +44,11 @@ def test_an_upgraded_file_loads_and_computes_what_it_did(name, tmp_path):
     model = keras.saving.load_model(new, safe_mode=True)
     data = np.load(FIXTURES / entry["data"])
     actual = _outputs(model, entry, data)
-    # Saved on TensorFlow, which gives the same outputs to 1e-6 of their
-    # scale; other backends round differently (HeinsenCapsNet's poses on JAX:
-    # 3e-5 of their scale, its preset's float64 comparison 1.2e-5 each).
-    scale = 1e-6 if BACKEND == "tensorflow" else 1e-4
+    # Float32 sums in another order round differently: another backend, or
+    # TensorFlow with another thread count (HeinsenCapsNet's scores on TF:
+    # up to 1.2e-5 of their scale; its poses on JAX: 3e-5; its preset's
+    # float64 comparison 1.2e-5 each).
+    scale = 1e-4
     for key in [k for k in data.files if not k.startswith("input_")]:
         expected = data[key]
         np.testing.assert_allclose(
