@@ -69,6 +69,7 @@ from keras_capsules.models import (
     SegCaps,
 )
 from keras_capsules.routing import (
+    CrossAttentionRouting,
     DynamicRouting,
     EMRouting,
     HeinsenRouting,

@@ -9,6 +9,7 @@ goes through `get`.
 import keras
 
 from keras_capsules.routing.base import Router
+from keras_capsules.routing.cross_attention import CrossAttentionRouting
 from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.routing.em import EMRouting
 from keras_capsules.routing.heinsen import HeinsenRouting
@@ -18,6 +19,7 @@ from keras_capsules.routing.self_routing import SelfRouting
 from keras_capsules.routing.sparse_attention import SparseAttentionRouting
 
 _ROUTERS = {
+    "cross_attention": CrossAttentionRouting,
     "dynamic": DynamicRouting,
     "em": EMRouting,
     "heinsen": HeinsenRouting,
@@ -39,7 +41,7 @@ def names():
     Example:
 
     >>> keras_capsules.routing.names()[:3]
-    ('dynamic', 'em', 'heinsen')
+    ('cross_attention', 'dynamic', 'em')
     """
     return tuple(sorted(_ROUTERS))
 
@@ -96,7 +98,7 @@ def get(identifier):
     """A `Router` from a name, a config dict, a `Router` class or instance.
 
     - `None` -> `None` (the caller's default router);
-    - a name (`"dynamic"`, `"em"`, `"heinsen"`, `"self_attention"`,
+    - a name (`"cross_attention"`, `"dynamic"`, `"em"`, `"heinsen"`, `"self_attention"`,
       `"sparse_attention"`, `"inverted_dot_product"`, `"self_routing"`, or
       the class name) -> a
       new router with its default arguments;

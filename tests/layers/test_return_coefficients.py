@@ -127,14 +127,15 @@ def test_capsule_coefficients_are_the_routers(router):
 def test_what_rows_sum_to(router):
     # docs/routing.md, "Routing coefficients": every router's rows are a
     # distribution over the parents, but self-attention routing's, which
-    # adds its priors after the softmax.
+    # adds its priors after the softmax, and cross-attention routing's,
+    # whose columns are a distribution over the children.
     layer = kc.Capsule(3, 4, router=router)
     poses = normal(2, 6, 5)
     layer(poses)
     if router == "self_attention":
         layer.router.priors.assign(normal(*layer.router.priors.shape))
     _, coefficients = layer(poses, return_coefficients=True)
-    sums = to_numpy(coefficients).sum(-1)
+    sums = to_numpy(coefficients).sum(1 if router == "cross_attention" else -1)
     if router == "self_attention":
         assert np.abs(sums - 1.0).max() > 0.1
     else:

@@ -87,6 +87,7 @@ class TestSetPrimaryCapsule(LayerTestCase):
     @pytest.mark.parametrize(
         "router",
         [
+            "cross_attention",
             "dynamic",
             "inverted_dot_product",
             "sparse_attention",

@@ -354,3 +354,30 @@ def ref_conv_capsule_orthogonal(a):
     return conv_capsule(
         a["poses"], w, (2, 2), (2, 2), "valid", lambda v, act: dynamic_routing(v, iterations=2)
     )[0]
+
+
+def _cross_inputs(with_activations):
+    def inputs(rng):
+        arrays = {"votes": rng.normal(size=(2, 5, 3, 4)), "queries": rng.normal(size=(3, 4))}
+        if with_activations:
+            arrays["activations"] = rng.uniform(0.1, 1.0, size=(2, 5))
+        return arrays
+
+    return inputs
+
+
+for _heads, _with_activations in ((1, False), (2, True)):
+    register(
+        Case(
+            name=f"cross-attention-heads{_heads}" + ("-activations" if _with_activations else ""),
+            inputs=_cross_inputs(_with_activations),
+            build=lambda h=_heads: keras_capsules.routing.CrossAttentionRouting(h),
+            reference=lambda a, h=_heads: list(
+                ref.cross_attention_routing(a["votes"], a["queries"], h, a.get("activations"))
+            ),
+            forward=lambda layer, t: list(
+                stateless(layer, t, t["votes"], t.get("activations"), return_coefficients=True)
+            ),
+            diff=("votes", "queries") + (("activations",) if _with_activations else ()),
+        )
+    )

@@ -141,3 +141,18 @@ def householder_orthogonal(v, rows, cols):
             q = q @ (np.eye(n) - 2 * np.outer(u, u) / (u @ u))
         out[idx] = q[:rows, :cols]
     return out
+
+
+def cross_attention_routing(votes, queries, num_heads, activations=None):
+    """Learned parent queries (j, dim) attend, head by head, over the
+    children's votes (keys and values); softmax over the children."""
+    batch, children, parents, dim = votes.shape
+    head_dim = dim // num_heads
+    u = votes.reshape(batch, children, parents, num_heads, head_dim)
+    q = queries.reshape(parents, num_heads, head_dim)
+    logits = np.einsum("bijhd,jhd->bijh", u, q) / np.sqrt(head_dim)
+    if activations is not None:
+        logits = logits + np.log(activations)[:, :, None, None]
+    c = softmax(logits, axis=1)
+    poses = squash(np.einsum("bijh,bijhd->bjhd", c, u).reshape(batch, parents, dim))
+    return poses, safe_norm(poses), c.mean(-1)

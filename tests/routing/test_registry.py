@@ -8,6 +8,7 @@ import keras_capsules as kc
 from keras_capsules import routing
 
 NAMES = {
+    "cross_attention": kc.CrossAttentionRouting,
     "dynamic": kc.DynamicRouting,
     "em": kc.EMRouting,
     "heinsen": kc.HeinsenRouting,
