@@ -55,7 +55,13 @@ from keras_capsules.layers import (
     Squash,
     VectorRouting,
 )
-from keras_capsules.losses import MarginLoss, SoftDiceLoss, SpreadLoss, WeightedBinaryCrossentropy
+from keras_capsules.losses import (
+    ChamferDistance,
+    MarginLoss,
+    SoftDiceLoss,
+    SpreadLoss,
+    WeightedBinaryCrossentropy,
+)
 from keras_capsules.metrics import DiceCoefficient, ExactSetAccuracy, LabelSetAccuracy
 from keras_capsules.models import (
     CapsNet,

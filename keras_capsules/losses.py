@@ -10,6 +10,7 @@ from keras_capsules.validation import (
     non_negative_float,
     one_of,
     positive_float,
+    positive_int,
 )
 
 
@@ -394,4 +395,101 @@ class SoftDiceLoss(keras.losses.Loss):
     def get_config(self):
         config = super().get_config()
         config.update(smooth=self.smooth)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class ChamferDistance(keras.losses.Loss):
+    """Chamfer distance between two point clouds (a reconstruction loss).
+
+    For clouds `P` (`n` points) and `Q` (`m` points) of one example:
+
+    ```
+    L = mean_i min_j |p_i - q_j|^2 + mean_j min_i |q_j - p_i|^2
+    ```
+
+    (squared Euclidean distances, as the 3D point-capsule networks' loss).
+    The `n x m` distances of an example are computed `chunk_size` points of
+    `y_true` at a time, `|p|^2 + |q|^2 - 2 p . q` (one matrix product per
+    chunk), so that a batch of clouds of 2048 points never holds all its
+    `batch x 2048 x 2048` distances at once: the nearest points of `Q` are
+    taken chunk by chunk, those of `P` as a running minimum. Computed in
+    float32, also under mixed precision.
+
+    Args:
+        chunk_size: points of `y_true` per chunk, `>= 1`; `None` computes
+            all distances at once.
+        reduction, name, dtype: as for every `keras.losses.Loss`.
+
+    Call arguments:
+        y_true: `(batch, n, dim)` points (any `dim`, 3 for 3-D clouds).
+        y_pred: `(batch, m, dim)` points; `m` may differ from `n`.
+        sample_weight: optional `(batch,)` weights, one per cloud.
+
+    Returns:
+        the loss, a scalar (or `(batch,)` with `reduction=None`).
+
+    Example:
+
+    >>> loss = keras_capsules.losses.ChamferDistance()
+    >>> p = np.array([[[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]])
+    >>> q = np.array([[[0.0, 0.0, 0.5]]])
+    >>> # p -> q: (0.25 + 1.25) / 2; q -> p: 0.25
+    >>> round(float(ops.convert_to_numpy(loss(p, q))), 4)
+    1.0
+
+    Reference: Fan, Su & Guibas, "A Point Set Generation Network for 3D
+    Object Reconstruction from a Single Image", CVPR 2017; Zhao, Birdal,
+    Deng & Tombari, "3D Point Capsule Networks", CVPR 2019.
+    """
+
+    def __init__(
+        self,
+        chunk_size=512,
+        reduction="sum_over_batch_size",
+        name="chamfer_distance",
+        dtype=None,
+    ):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.chunk_size = None if chunk_size is None else positive_int(chunk_size, "chunk_size")
+
+    def call(self, y_true, y_pred):
+        if len(y_true.shape) != 3 or len(y_pred.shape) != 3:
+            raise ValueError(
+                "ChamferDistance expects point clouds of shape (batch, points, dim). "
+                f"Received: y_true.shape={tuple(y_true.shape)}, y_pred.shape={tuple(y_pred.shape)}"
+            )
+        p = ops.cast(y_true, "float32")
+        q = ops.cast(y_pred, "float32")
+        q_squared = ops.sum(ops.square(q), axis=-1)[:, None, :]  # (b, 1, m)
+        n = p.shape[1]
+        if n is None or self.chunk_size is None or self.chunk_size >= n:
+            starts = [0]
+            size = n
+        else:
+            # A loop over chunks of points, not over points: its count is
+            # fixed when the loss is traced, and each chunk is one matmul.
+            starts = list(range(0, n, self.chunk_size))
+            size = self.chunk_size
+        nearest_in_q = []
+        nearest_in_p = None
+        for start in starts:
+            chunk = p if size is None else p[:, start : start + size]
+            distances = (
+                ops.sum(ops.square(chunk), axis=-1)[:, :, None]
+                + q_squared
+                - 2.0 * ops.matmul(chunk, ops.transpose(q, (0, 2, 1)))
+            )
+            distances = ops.maximum(distances, 0.0)  # rounding can go below 0
+            nearest_in_q.append(ops.min(distances, axis=2))
+            column = ops.min(distances, axis=1)
+            nearest_in_p = column if nearest_in_p is None else ops.minimum(nearest_in_p, column)
+        forward = (
+            ops.concatenate(nearest_in_q, axis=1) if len(nearest_in_q) > 1 else nearest_in_q[0]
+        )
+        return ops.mean(forward, axis=1) + ops.mean(nearest_in_p, axis=1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(chunk_size=self.chunk_size)
         return config
