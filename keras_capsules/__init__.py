@@ -47,6 +47,7 @@ from keras_capsules.layers import (
     LocalCapsule2D,
     LocalDeconvCapsule2D,
     Mask,
+    PointPrimaryCapsule,
     PrimaryCapsule,
     PrimaryCapsule1D,
     PrimaryMatrixCapsule,
@@ -72,6 +73,8 @@ from keras_capsules.models import (
     EfficientCapsNet,
     HeinsenCapsNet,
     MatrixCapsNet,
+    PatchDecoder,
+    PointCapsNet,
     SegCaps,
 )
 from keras_capsules.routing import (

@@ -15,6 +15,8 @@ package imports no model):
 - `escvm`: Mazzia et al.'s released smallNORB Efficient-CapsNet, for
   `EfficientCapsNet(architecture="smallnorb")`.
 - `heinsen`: Heinsen's released smallNORB classifier, for `HeinsenCapsNet`.
+- `point_capsnet`: Zhao et al.'s 3D point capsule network, for
+  `models.PointCapsNet` (`load_authors_weights(model, path)`).
 - `vector_routing`: Heinsen's `EfficientVectorRouting` (2022), for
   `layers.VectorRouting` (`load_authors_weights(layer, path)`).
 
@@ -22,4 +24,12 @@ And this library's own older files: `keras_v0_1.upgrade(path, new_path)`
 rewrites a `.keras` file saved by keras-capsules 0.1.0 so that it loads.
 """
 
-from keras_capsules.convert import escvm, heinsen, keras_h5, keras_v0_1, torch_zip, vector_routing
+from keras_capsules.convert import (
+    escvm,
+    heinsen,
+    keras_h5,
+    keras_v0_1,
+    point_capsnet,
+    torch_zip,
+    vector_routing,
+)

@@ -16,6 +16,7 @@ from keras_capsules.layers.matrix_capsule import (
     ConvMatrixCapsule,
     PrimaryMatrixCapsule,
 )
+from keras_capsules.layers.point_primary_capsule import PointPrimaryCapsule
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.layers.primary_capsule_1d import PrimaryCapsule1D
 from keras_capsules.layers.segmentation_capsule import LocalCapsule2D, LocalDeconvCapsule2D
