@@ -120,6 +120,34 @@ def squash_length(x, axis=-1):
     return ops.cast(n2 / (1.0 + n2), original)
 
 
+def layer_norm(x, epsilon=1e-5):
+    """Layer normalisation without parameters over the last axis:
+    `(x - mean) / sqrt(variance + epsilon)`, the biased variance.
+
+    The means are sums divided by the size (Keras 3.15's `ops.mean` on
+    torch loses float64 precision, errors ~1e-8); computed in float32 for
+    half inputs.
+
+    Args:
+        x: a tensor, normalised over its last axis (of known size).
+        epsilon: added to the variance.
+
+    Returns:
+        the normalised tensor, in the dtype of `x`.
+
+    Example:
+
+    >>> x = keras.ops.convert_to_tensor([[1.0, 3.0]])
+    >>> ops.convert_to_numpy(keras_capsules.ops.layer_norm(x)).round(4)
+    array([[-1.,  1.]], dtype=float32)
+    """
+    x, original = _upcast(x)
+    size = x.shape[-1]
+    centred = x - ops.sum(x, axis=-1, keepdims=True) / size
+    variance = ops.sum(ops.square(centred), axis=-1, keepdims=True) / size
+    return ops.cast(centred * ops.rsqrt(variance + epsilon), original)
+
+
 def efficient_squash(x, axis=-1, epsilon=1e-7):
     """The squash of Efficient-CapsNet (Mazzia et al., 2021), eq. 5.
 

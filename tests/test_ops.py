@@ -175,3 +175,13 @@ def test_top_k_softmax_keeps_ties_and_zeros_the_rest():
 def test_householder_orthogonal_lives_in_ops_only():
     assert callable(kc.ops.householder_orthogonal)
     assert not hasattr(kc.layers, "householder_orthogonal")
+
+
+def test_layer_norm_matches_numpy_and_keeps_half_inputs_half():
+    x = (np.random.default_rng(0).normal(size=(3, 5, 6)) * 4 + 2).astype("float32")
+    centred = x - x.mean(-1, keepdims=True)
+    expected = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(to_numpy(kc_ops.layer_norm(x)), expected, rtol=1e-5, atol=1e-6)
+    half = kc_ops.layer_norm(keras.ops.cast(x, "float16"))
+    assert keras.backend.standardize_dtype(half.dtype) == "float16"
+    np.testing.assert_allclose(to_numpy(half).astype("float64"), expected, atol=2e-2)

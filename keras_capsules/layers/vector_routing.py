@@ -7,7 +7,7 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules.ops import compute_dtype_for
+from keras_capsules.ops import compute_dtype_for, layer_norm
 from keras_capsules.validation import boolean, positive_int
 
 # The epsilon of the parameter-free layer normalisation of the outputs.
@@ -208,13 +208,9 @@ class VectorRouting(keras.layers.Layer):
         return outputs
 
     def _norm(self, x):
-        """Layer normalisation without parameters over the last axis (the
-        identity for 1-D outputs, as the authors')."""
-        if self.output_dim == 1:
-            return x
-        centred = x - ops.mean(x, axis=-1, keepdims=True)
-        variance = ops.mean(ops.square(centred), axis=-1, keepdims=True)
-        return centred * ops.rsqrt(variance + _NORM_EPSILON)
+        """`ops.layer_norm` over the last axis (the identity for 1-D
+        outputs, as the authors')."""
+        return x if self.output_dim == 1 else layer_norm(x, _NORM_EPSILON)
 
     def compute_mask(self, inputs, mask=None):
         return None  # the outputs are a fixed number of vectors

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules.ops import squash_length
+from keras_capsules.ops import layer_norm, squash_length
 from keras_capsules.routing import inverted_dot_product_backward
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.custom_backward import runs_manual_backward
@@ -137,12 +137,7 @@ class InvertedDotProductRouting(XlaHinted, Router):
         return v, squash_length(s), coefficients
 
     def _layer_norm(self, x):
-        # Sums over dim, not ops.mean: Keras 3.15's torch mean loses float64
-        # precision (errors ~1e-8).
-        dim = x.shape[-1]
-        mean = ops.sum(x, axis=-1, keepdims=True) / dim
-        variance = ops.sum(ops.square(x - mean), axis=-1, keepdims=True) / dim
-        normed = (x - mean) * ops.rsqrt(variance + LAYER_NORM_EPSILON)
+        normed = layer_norm(x, LAYER_NORM_EPSILON)
         return normed * ops.cast(self.scale, x.dtype) + ops.cast(self.offset, x.dtype)
 
     def get_config(self):
