@@ -20,6 +20,9 @@ if [ "${1:-}" = "--install" ]; then
   python -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==2.13.0" \
     || exit 1
   python -m pip install -q tensorflow-cpu -e ".[jax,tfds,test,export]" || exit 1
+  # keras-hub without tensorflow-text (which needs the full tensorflow
+  # package): the tests build its backbones from configs.
+  python -m pip install -q --no-deps "keras-hub==0.32.0" regex tokenizers || exit 1
 fi
 
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"

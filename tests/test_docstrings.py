@@ -80,6 +80,8 @@ def test_docstring_example(test):
         pytest.skip(
             "a ready model's example: run on torch; the model on every backend in tests/models"
         )
+    if any("import keras_hub" in e.source for e in test.examples):
+        pytest.importorskip("keras_hub", reason="the example needs keras-hub")
     keras.utils.set_random_seed(0)
     test.globs = {
         "keras": keras,

@@ -11,6 +11,7 @@ from keras_capsules.models.capsule_classifier import CapsuleClassifier
 from keras_capsules.models.capsule_image_classifier import CapsuleImageClassifier
 from keras_capsules.models.capsule_model import CapsuleModel
 from keras_capsules.models.capsule_segmenter import CapsuleSegmenter
+from keras_capsules.models.capsule_sequence_classifier import CapsuleSequenceClassifier
 from keras_capsules.models.efficient_capsnet import EfficientCapsNet
 from keras_capsules.models.heinsen_capsnet import HeinsenCapsNet
 from keras_capsules.models.matrix_capsnet import MatrixCapsNet

@@ -48,9 +48,11 @@ class TestSetPrimaryCapsule(LayerTestCase):
         np.testing.assert_allclose(permuted, out[:, order], rtol=1e-6)
 
     def test_starts_near_the_knee(self):
+        # 32 capsules, so that the mean over the layer's random draw is
+        # steady (2 capsules gave means from 0.18 to 0.74 over draws).
         features = np.random.default_rng(1).normal(size=(4, 50, 32)).astype("float32") * 1e-3
-        lengths = np.linalg.norm(to_numpy(SetPrimaryCapsule(2, 8)(features)), axis=-1)
-        assert 0.2 < lengths.mean() < 0.8, lengths.mean()
+        lengths = np.linalg.norm(to_numpy(SetPrimaryCapsule(32, 8)(features)), axis=-1)
+        assert 0.3 < lengths.mean() < 0.7, lengths.mean()
 
     def test_any_number_of_elements(self):
         layer = SetPrimaryCapsule(3, 4)

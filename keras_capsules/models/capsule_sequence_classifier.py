@@ -1,0 +1,295 @@
+"""Capsule heads on sequence backbones: the hidden states of a transformer
+(or any Keras model giving `(batch, n, dim)`) routed to class capsules."""
+
+import importlib
+
+import keras
+from keras import ops
+
+from keras_capsules.layers.vector_routing import VectorRouting
+from keras_capsules.validation import positive_int
+
+_HIDDEN_STATES = ("all", "last")
+
+
+def _keras_hub():
+    try:
+        return importlib.import_module("keras_hub")
+    except ImportError as error:
+        raise ImportError(
+            "Preset names need keras-hub: `pip install keras-capsules[hub]` "
+            "(or `pip install keras-hub`)."
+        ) from error
+
+
+def _sequence_output(backbone):
+    output = backbone.output
+    if isinstance(output, dict):
+        if "sequence_output" not in output:
+            raise ValueError(
+                "`backbone` gives a dict without a 'sequence_output'. Received: "
+                f"outputs {sorted(output)}"
+            )
+        return output["sequence_output"]
+    return output
+
+
+def _hidden_state_tensors(backbone, hidden_states):
+    if hidden_states == "last":
+        return [_sequence_output(backbone)]
+    if hidden_states == "all":
+        layers = getattr(backbone, "transformer_layers", None)
+        if not layers:
+            raise ValueError(
+                "`hidden_states='all'` needs a backbone with `transformer_layers` "
+                "(keras-hub's BERT, RoBERTa, DistilBERT, ...); pass 'last' or a list "
+                "of layer names. Received: hidden_states='all' for a backbone of "
+                f"class {type(backbone).__name__}"
+            )
+        return [layer.output for layer in layers]
+    names = list(hidden_states)
+    if not names or not all(isinstance(name, str) for name in names):
+        raise ValueError(
+            "`hidden_states` must be 'all', 'last' or a non-empty list of layer "
+            f"names of the backbone. Received: hidden_states={hidden_states!r}"
+        )
+    known = {layer.name for layer in backbone.layers}
+    missing = [name for name in names if name not in known]
+    if missing:
+        raise ValueError(
+            f"`hidden_states` names layers the backbone does not have: {missing}. "
+            f"Received: hidden_states={names}"
+        )
+    return [backbone.get_layer(name).output for name in names]
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class CapsuleSequenceClassifier(keras.Model):
+    """Routes a backbone's hidden states to class capsules (Heinsen, 2022).
+
+    The hidden states of `L` layers of the backbone, each `(batch, n,
+    dim)`, are stacked, marked with a learned embedding of their depth,
+    projected to parts, routed to `num_parts` part capsules and from
+    those to one capsule per class, each read out as a logit by one
+    shared linear map:
+
+    ```
+    h[b, t, l]  = hidden_l[b, t] + depth[l]                  (batch, n, L, dim)
+    x           = LayerNorm(swish(h @ W + c))               (batch, n L, hidden_dim)
+    parts       = VectorRouting(num_parts, part_dim)(x, mask)
+    classes     = VectorRouting(num_classes, capsule_dim)(parts)
+    logits[b,k] = classes[b, k] . w + w0
+    ```
+
+    `VectorRouting` never forms the votes, so memory grows linearly in
+    `n L`: every depth of a long sequence can be routed, as in the paper
+    (all 24 layers of RoBERTa-large or BEiT-large).
+
+    The padding mask: a backbone whose inputs hold `"padding_mask"`
+    (keras-hub's text backbones) has it honoured at every depth; padded
+    tokens take no part, and a padded batch gives the logits of the
+    unpadded sequences.
+
+    The backbone is saved inside the `.keras` file (config and weights)
+    and trained with the head; freeze it with
+    `model.backbone.trainable = False` before `compile`.
+
+    `compile(optimizer="auto", loss="auto", metrics="auto")`: Adam at
+    `1e-3` with the backbone frozen, `5e-5` (fine-tuning) otherwise;
+    `SparseCategoricalCrossentropy(from_logits=True)`; accuracy. Labels
+    are class ids.
+
+    Args:
+        backbone: a functional `keras.Model` (a keras-hub `Backbone` such as
+            `BertBackbone`, `RobertaBackbone`, `ViTBackbone`, or your own)
+            whose output is `(batch, n, dim)` or a dict with
+            `"sequence_output"`.
+        num_classes: number of classes, `>= 2`.
+        hidden_states: `"all"`: the output of every layer in the backbone's
+            `transformer_layers` (keras-hub's text backbones), as the paper
+            routes them; `"last"`: the sequence output only; or a list of
+            layer names of the backbone, whose outputs share one shape.
+        hidden_dim: size of the projected inputs of the first routing.
+        num_parts: part capsules (outputs of the first routing).
+        part_dim: size of a part capsule.
+        capsule_dim: size of a class capsule.
+        iterations: routing iterations of both routings, `>= 1`.
+        **kwargs: `keras.Model` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: the backbone's inputs (for keras-hub text backbones a dict
+            of `token_ids`, `padding_mask` and, for BERT, `segment_ids`).
+        training: whether the layers run in training mode.
+
+    Returns:
+        logits `(batch, num_classes)`.
+
+    Example:
+
+    >>> import keras_hub
+    >>> backbone = keras_hub.models.BertBackbone(
+    ...     vocabulary_size=100, num_layers=2, num_heads=2, hidden_dim=16,
+    ...     intermediate_dim=32, max_sequence_length=8)
+    >>> model = keras_capsules.models.CapsuleSequenceClassifier(backbone, 3)
+    >>> inputs = {"token_ids": np.ones((2, 8), "int32"),
+    ...           "segment_ids": np.zeros((2, 8), "int32"),
+    ...           "padding_mask": np.ones((2, 8), "int32")}
+    >>> tuple(model(inputs).shape)
+    (2, 3)
+
+    With keras-hub installed, `CapsuleSequenceClassifier.from_preset(
+    "bert_base_en_uncased", num_classes=2)` starts from a pretrained
+    backbone.
+
+    Reference: Heinsen, "An Algorithm for Routing Vectors in Sequences",
+    arXiv:2211.11754, 2022 (routing every depth of a frozen transformer).
+    """
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        hidden_states="all",
+        hidden_dim=256,
+        num_parts=32,
+        part_dim=64,
+        capsule_dim=16,
+        iterations=2,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if isinstance(backbone, dict):  # from a config
+            module = backbone.get("module") or ""
+            if module.startswith("keras_hub"):
+                _keras_hub()  # registers keras-hub's classes
+            backbone = keras.saving.deserialize_keras_object(backbone)
+        if not isinstance(backbone, keras.Model) or not hasattr(backbone, "inputs"):
+            raise ValueError(
+                "`backbone` must be a functional keras.Model (a keras-hub Backbone "
+                f"or your own). Received: backbone={backbone!r}"
+            )
+        self.backbone = backbone
+        self.num_classes = positive_int(num_classes, "num_classes")
+        if self.num_classes < 2:
+            raise ValueError(f"`num_classes` must be >= 2. Received: num_classes={num_classes}")
+        if isinstance(hidden_states, str) and hidden_states not in _HIDDEN_STATES:
+            raise ValueError(
+                "`hidden_states` must be 'all', 'last' or a list of layer names. "
+                f"Received: hidden_states={hidden_states!r}"
+            )
+        tensors = _hidden_state_tensors(backbone, hidden_states)
+        shapes = {tuple(t.shape[1:]) for t in tensors}
+        if len(shapes) != 1 or len(tensors[0].shape) != 3:
+            raise ValueError(
+                "The hidden states to route must all be `(batch, n, dim)` of one "
+                f"shape. Received: hidden_states={hidden_states!r} with shapes "
+                f"{[tuple(t.shape) for t in tensors]}"
+            )
+        self.hidden_states = (
+            hidden_states if isinstance(hidden_states, str) else list(hidden_states)
+        )
+        self.hidden_dim = positive_int(hidden_dim, "hidden_dim")
+        self.num_parts = positive_int(num_parts, "num_parts")
+        self.part_dim = positive_int(part_dim, "part_dim")
+        self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
+        self.iterations = positive_int(iterations, "iterations")
+        self.depth = len(tensors)
+        self.uses_padding_mask = isinstance(backbone.input, dict) and "padding_mask" in (
+            backbone.input
+        )
+
+        # The backbone's own graph up to the chosen layers: it shares the
+        # backbone's layers (and weights).
+        self.hidden_state_model = keras.Model(backbone.input, tensors, name="hidden_states")
+        dtype = self.dtype_policy
+        self.depth_embedding = keras.layers.Embedding(
+            self.depth, tensors[0].shape[-1], embeddings_initializer="zeros",
+            dtype=dtype, name="depth_embedding",
+        )  # fmt: skip
+        self.part_projection = keras.layers.Dense(
+            self.hidden_dim, activation="swish", kernel_initializer="he_normal",
+            dtype=dtype, name="part_projection",
+        )  # fmt: skip
+        self.part_norm = keras.layers.LayerNormalization(dtype=dtype, name="part_norm")
+        self.part_routing = VectorRouting(
+            self.num_parts, self.part_dim, iterations=self.iterations, dtype=dtype,
+            name="part_routing",
+        )  # fmt: skip
+        self.class_routing = VectorRouting(
+            self.num_classes, self.capsule_dim, iterations=self.iterations,
+            num_inputs=self.num_parts, dtype=dtype, name="class_routing",
+        )  # fmt: skip
+        self.readout = keras.layers.Dense(1, dtype=dtype, name="readout")
+        # Built here, from the shapes: a symbolic call would not build them on
+        # every backend, and a loaded model needs its variables before its
+        # weights are read.
+        dim = tensors[0].shape[-1]
+        self.depth_embedding.build((self.depth,))
+        self.part_projection.build((None, None, self.depth, dim))
+        self.part_norm.build((None, None, self.depth, self.hidden_dim))
+        self.part_routing.build((None, None, self.hidden_dim))
+        self.class_routing.build((None, self.num_parts, self.part_dim))
+        self.readout.build((None, self.num_classes, self.capsule_dim))
+        self.built = True
+
+    def build(self, input_shape=None):
+        # Every layer is built in `__init__`, on the backbone's own inputs.
+        self.built = True
+
+    def call(self, inputs, training=None):
+        hidden = self.hidden_state_model(inputs, training=training)
+        hidden = hidden if isinstance(hidden, (list, tuple)) else [hidden]
+        # The backbone keeps its own dtype policy; the head computes in its own.
+        x = ops.cast(ops.stack(hidden, axis=2), self.compute_dtype)  # (batch, n, depth, dim)
+        x = x + self.depth_embedding(ops.arange(self.depth))
+        x = self.part_norm(self.part_projection(x))
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (batch, length * self.depth, self.hidden_dim))
+        mask = None
+        if self.uses_padding_mask:
+            keep = ops.cast(inputs["padding_mask"], "bool")[:, :, None]
+            mask = ops.reshape(
+                ops.broadcast_to(keep, (batch, length, self.depth)), (batch, length * self.depth)
+            )
+        parts = self.part_routing(x, mask=mask)
+        classes = self.class_routing(parts)
+        return ops.squeeze(self.readout(classes), axis=-1)
+
+    def compute_output_shape(self, input_shape):
+        if isinstance(input_shape, dict):
+            input_shape = next(iter(input_shape.values()))
+        return (input_shape[0], self.num_classes)
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
+        if optimizer == "auto":
+            optimizer = keras.optimizers.Adam(1e-3 if not self.backbone.trainable else 5e-5)
+        if loss == "auto":
+            loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        if metrics == "auto":
+            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    @classmethod
+    def from_preset(cls, preset, num_classes, load_weights=True, **kwargs):
+        """A classifier on `keras_hub.models.Backbone.from_preset(preset)`:
+        a preset name (downloaded by keras-hub) or a local preset folder."""
+        backbone = _keras_hub().models.Backbone.from_preset(preset, load_weights=load_weights)
+        return cls(backbone, num_classes, **kwargs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            backbone=keras.saving.serialize_keras_object(self.backbone),
+            num_classes=self.num_classes,
+            hidden_states=self.hidden_states,
+            hidden_dim=self.hidden_dim,
+            num_parts=self.num_parts,
+            part_dim=self.part_dim,
+            capsule_dim=self.capsule_dim,
+            iterations=self.iterations,
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
