@@ -1,0 +1,62 @@
+"""The sequence examples on TFDS mock data: every model of each script
+trains and is evaluated on this backend (what they learn is measured by
+the scripts themselves, on real data)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.examples.test_scripts import example
+
+pytest.importorskip("keras_hub", reason="the BERT and ViT models need keras-hub")
+
+
+def test_text_example_trains_every_model(tmp_path):
+    data = example("data")
+    with data.mock_data(24):
+        results = example("text_capsules").main(
+            ["--epochs", "1", "--train", "24", "--test", "8",
+             "--sequence-length", "16", "--bert-dim", "16", "--batch-size", "8",
+             "--output-dir", str(tmp_path)]
+        )  # fmt: skip
+    with open(tmp_path / "metrics.json") as f:
+        assert json.load(f) == json.loads(json.dumps(results))
+    assert (results["train"], results["test"]) == (24, 8)
+    for name in ("bert_pooled", "bert_capsules", "capsules", "conv1d"):
+        assert 0 <= results[name]["accuracy"] <= 1, name
+        assert results[name]["parameters"] > 0
+    # The BERT models share one backbone size: the heads make the difference.
+    assert results["bert_capsules"]["parameters"] != results["bert_pooled"]["parameters"]
+
+
+def test_sst2_texts_are_its_sentences_held_out_on_validation():
+    data, text = example("data"), example("text_capsules")
+    assert text.DATASETS["glue/sst2"] == ("sentence", "validation")
+    with data.mock_data(6):
+        texts, labels = text.texts_and_labels("glue/sst2", "validation", 4)
+    assert len(texts) == 4 and isinstance(texts[0], str) and set(labels) <= {0, 1}
+
+
+def test_word_ids_start_with_the_class_token_and_pad_with_zeros():
+    words = example("text_capsules").WordIds(
+        np.array(["a good film", "a bad film , bad"], dtype=object), vocabulary=100, length=8
+    )
+    ids = words(np.array(["good film", "an unknown word"], dtype=object))
+    assert ids.shape == (2, 8) and (ids[:, 0] == words.cls).all()
+    assert (ids[0, 3:] == 0).all() and (ids[0, 1:3] > 1).all()
+    assert (ids[1, 1:4] == 1).all()  # out of the vocabulary
+
+
+def test_vit_example_trains_both_heads_on_one_backbone(tmp_path):
+    data = example("data")
+    with data.mock_data(16):
+        results = example("vit_capsules").main(
+            ["--epochs", "1", "--train", "16", "--test", "8", "--layers", "1", "--dim", "16",
+             "--batch-size", "8", "--output-dir", str(tmp_path)]
+        )  # fmt: skip
+    with open(tmp_path / "metrics.json") as f:
+        assert json.load(f) == json.loads(json.dumps(results))
+    assert (results["train"], results["test"]) == (16, 8)
+    for name in ("vit_pooled", "vit_capsules"):
+        assert 0 <= results[name]["accuracy"] <= 1, name
