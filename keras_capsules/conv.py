@@ -23,7 +23,7 @@ import numpy as np
 from keras import ops
 
 from keras_capsules.windows import extract_patches, same_padding, window_output_shape
-from keras_capsules.xla_hint import cpu_only
+from keras_capsules.xla_hint import cpu_only, xla_compiles
 
 IMPLEMENTATIONS = ("auto", "conv", "matmul", "hybrid", "space_to_depth")
 
@@ -184,6 +184,82 @@ def conv2d(x, kernel, strides, padding, implementation="conv"):
     kh, kw, cin, cout = kernel.shape
     patches = extract_patches(x, (kh, kw), strides, padding)
     return ops.matmul(patches, ops.reshape(kernel, (kh * kw * cin, cout)))
+
+
+def resolve_implementation_3d(implementation, xla=None):
+    """The `implementation=` rule of the 3-D convolving layers
+    (`PrimaryCapsule3D`): `"conv"` (`ops.conv`), `"matmul"` (strided
+    slices and one matmul, `conv3d`), or `"auto"`: the one measured faster
+    (`benchmarks/conv3d.py`, forward and both gradients; the tables are in
+    the benchmarks' README):
+
+    - on a CPU under XLA (JAX; TensorFlow when `xla` says XLA compiles the
+      layer, `keras_capsules.xla_hint.xla_compiles`): `"matmul"`. XLA's
+      CPU 3-D convolutions are slow, their strided gradients very slow
+      (a 5x5x5 stride-2 primary convolution of 32^3 volumes: 13.1-13.8 s
+      native against 31-39 ms as a matmul);
+    - TensorFlow without XLA, torch, and every GPU: `"conv"` (36 against
+      108 ms on TensorFlow, 34 against 58 ms on torch, for that
+      convolution).
+
+    Args:
+        implementation: `"auto"`, `"conv"` or `"matmul"`.
+        xla: the layer's `xla` hint (`keras_capsules.xla_hint`).
+
+    Returns:
+        `"conv"` or `"matmul"`.
+
+    Example:
+
+    >>> from keras_capsules.conv import resolve_implementation_3d
+    >>> resolve_implementation_3d("matmul")
+    'matmul'
+    """
+    if implementation != "auto":
+        return implementation
+    if xla_compiles(xla) and cpu_only():  # torch first: it compiles no XLA
+        return "matmul"
+    return "conv"
+
+
+def conv3d(x, kernel, strides, padding, implementation="conv"):
+    """`ops.conv(x, kernel, strides, padding)` of volumes (channels last),
+    computed natively (`"conv"`) or as `kd * kh * kw` strided slices,
+    concatenated, and one matmul (`"matmul"`; its backward pass is a
+    matmul and pads, never a convolution gradient).
+
+    Args:
+        x: volumes `(batch, D, H, W, C_in)`.
+        kernel: `(kd, kh, kw, C_in, C_out)`.
+        strides: three ints.
+        padding: `"valid"` or `"same"`.
+        implementation: `"conv"` or `"matmul"` (resolved: see
+            `resolve_implementation_3d`).
+
+    Returns:
+        `(batch, D', H', W', C_out)`, as `ops.conv`.
+
+    Example:
+
+    >>> from keras_capsules.conv import conv3d
+    >>> x, k = keras.random.normal((1, 5, 6, 7, 2)), keras.random.normal((3, 3, 3, 2, 4))
+    >>> y = conv3d(x, k, (2, 2, 2), "same", implementation="matmul")
+    >>> tuple(y.shape)
+    (1, 3, 3, 4, 4)
+    >>> expected = ops.conv(x, k, strides=(2, 2, 2), padding="same")
+    >>> np.allclose(ops.convert_to_numpy(y), ops.convert_to_numpy(expected), atol=1e-4)
+    True
+    """
+    if implementation == "conv":
+        return ops.conv(x, kernel, strides=strides, padding=padding)
+    if implementation != "matmul":
+        raise ValueError(
+            "conv3d's implementation must be 'conv' or 'matmul'. "
+            f"Received: implementation={implementation!r}"
+        )
+    *kernel_size, cin, cout = kernel.shape
+    patches = extract_patches(x, tuple(kernel_size), strides, padding)
+    return ops.matmul(patches, ops.reshape(kernel, (int(np.prod(kernel_size)) * cin, cout)))
 
 
 def conv2d_hybrid(x, kernel, strides, padding):

@@ -93,9 +93,11 @@ def _register_conv(name, rank, grid, kernel_size, strides, padding, em, plain=Fa
     types, dim, n_out, out_dim = 2, 3, 2, 3
     if plain:
         types = 1
-    layer_cls = (
-        keras_capsules.layers.ConvCapsule1D if rank == 1 else keras_capsules.layers.ConvCapsule2D
-    )
+    layer_cls = {
+        1: keras_capsules.layers.ConvCapsule1D,
+        2: keras_capsules.layers.ConvCapsule2D,
+        3: keras_capsules.layers.ConvCapsule3D,
+    }[rank]
     make_inputs = _conv_inputs(grid, types, dim, kernel_size, n_out, out_dim, em)
     router = _reference_router(em)
 

@@ -1,4 +1,4 @@
-"""Reference 2-D convolution (channels last) and primary capsules, float64."""
+"""Reference 2-D and 3-D convolutions (channels last) and primary capsules, float64."""
 
 import numpy as np
 
@@ -20,6 +20,25 @@ def conv2d(x, kernel, strides, padding):
         for c in range(out_w):
             window = x[:, r * sh : r * sh + kh, c * sw : c * sw + kw, :]
             y[:, r, c] = np.einsum("bhwc,hwco->bo", window, kernel)
+    return y
+
+
+def conv3d(x, kernel, strides, padding):
+    """A 3-D convolution of volumes `(batch, D, H, W, C)`, loops over the
+    output positions."""
+    k, s = kernel.shape[:3], strides
+    if padding == "same":
+        pads = []
+        for n, kn, sn in zip(x.shape[1:4], k, s):
+            total = max((-(-n // sn) - 1) * sn + kn - n, 0)
+            pads.append((total // 2, total - total // 2))
+        x = np.pad(x, [(0, 0), *pads, (0, 0)])
+    out = [(n - kn) // sn + 1 for n, kn, sn in zip(x.shape[1:4], k, s)]
+    y = np.zeros((x.shape[0], *out, kernel.shape[-1]))
+    for p in np.ndindex(*out):
+        window = x[:, p[0] * s[0] : p[0] * s[0] + k[0], p[1] * s[1] : p[1] * s[1] + k[1],
+                   p[2] * s[2] : p[2] * s[2] + k[2]]  # fmt: skip
+        y[(slice(None), *p)] = np.einsum("bdhwc,dhwco->bo", window, kernel)
     return y
 
 
