@@ -1110,3 +1110,53 @@ def cifar10(
         shuffle_buffer=shuffle_buffer,
         drop_remainder=drop_remainder,
     )
+
+
+# ModelNet40 in its common HDF5 release (modelnet40_ply_hdf5_2048: files
+# ply_data_train0.h5 ... ply_data_test1.h5, each with `data` (N, 2048, 3)
+# float32 points and `label` (N, 1) class ids of 40 classes).
+MODELNET40_CLASSES = 40
+
+
+def modelnet40_hdf5(directory, split):
+    """Points `(N, points, 3)` float32 and labels `(N,)` int32 of a split
+    (`"train"` or `"test"`) of the ModelNet40 HDF5 release in `directory`.
+
+    Files are read with h5py, datasets only (no pickled objects); a missing
+    file, dataset or a wrong shape is a `ValueError` naming it.
+    """
+    import glob
+
+    import h5py
+
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test'. Received: split={split!r}")
+    paths = sorted(glob.glob(os.path.join(directory, f"ply_data_{split}*.h5")))
+    if not paths:
+        raise ValueError(
+            f"No ModelNet40 HDF5 files ply_data_{split}*.h5 in {directory!r} (the "
+            "modelnet40_ply_hdf5_2048 release). Received: directory={directory!r}"
+        )
+    points, labels = [], []
+    for path in paths:
+        with h5py.File(path, "r") as f:
+            for key in ("data", "label"):
+                if not isinstance(f.get(key), h5py.Dataset):
+                    raise ValueError(f"{path} has no dataset {key!r}. Received: {sorted(f)}")
+            data, label = f["data"][()], f["label"][()]
+        if data.ndim != 3 or data.shape[-1] != 3:
+            raise ValueError(f"{path}: `data` must be (N, points, 3). Received: {data.shape}")
+        label = label.reshape(-1)
+        if len(label) != len(data):
+            raise ValueError(
+                f"{path}: {len(label)} labels for {len(data)} clouds. Received: "
+                f"label.shape={f'{label.shape}'}"
+            )
+        if label.size and not (0 <= label.min() and label.max() < MODELNET40_CLASSES):
+            raise ValueError(
+                f"{path}: labels must be in [0, {MODELNET40_CLASSES}). Received: "
+                f"{label.min()}..{label.max()}"
+            )
+        points.append(data.astype("float32"))
+        labels.append(label.astype("int32"))
+    return np.concatenate(points), np.concatenate(labels)

@@ -1,0 +1,97 @@
+"""The point-cloud example: every model and training regime on tiny
+generated shapes, and on small files in the ModelNet40 HDF5 layout read by
+the real loader; the loader's errors; the rotations."""
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.examples.test_scripts import example
+
+TINY = ["--epochs", "1", "--points", "32", "--primary-capsules", "16", "--pointnet-width", "32",
+        "--batch-size", "8"]  # fmt: skip
+
+
+def write_modelnet40(directory, rng, files=(("train0", 12), ("train1", 4), ("test0", 8))):
+    for name, count in files:
+        with h5py.File(directory / f"ply_data_{name}.h5", "w") as f:
+            f["data"] = rng.normal(size=(count, 64, 3)).astype("float32")
+            f["label"] = rng.integers(0, 40, (count, 1)).astype("uint8")
+
+
+def test_every_model_and_regime_on_generated_shapes(tmp_path):
+    results = example("pointcloud_capsules").main(
+        [*TINY, "--train", "16", "--test", "8", "--output-dir", str(tmp_path)]
+    )
+    with open(tmp_path / "metrics.json") as f:
+        assert json.load(f) == json.loads(json.dumps(results))
+    for name in ("capsules", "linear_probe", "pointnet"):
+        for regime in ("aligned", "rotated"):
+            row = results[f"{name}_trained_{regime}"]
+            assert 0 <= row["aligned_accuracy"] <= 1 and 0 <= row["rotated_accuracy"] <= 1
+            assert row["parameters"] > 0
+
+
+def test_the_modelnet40_loader_reads_the_hdf5_release(tmp_path):
+    data = example("data")
+    write_modelnet40(tmp_path, np.random.default_rng(0))
+    points, labels = data.modelnet40_hdf5(str(tmp_path), "train")
+    assert points.shape == (16, 64, 3) and points.dtype == np.float32
+    assert labels.shape == (16,) and labels.dtype == np.int32
+    with h5py.File(tmp_path / "ply_data_train1.h5", "r") as f:  # files in order
+        np.testing.assert_array_equal(points[12:], f["data"][()])
+        np.testing.assert_array_equal(labels[12:], f["label"][()].reshape(-1))
+    results = example("pointcloud_capsules").main(
+        [*TINY, "--modelnet40", str(tmp_path), "--models", "pointnet", "--regimes", "aligned",
+         "--output-dir", str(tmp_path / "run")]
+    )  # fmt: skip
+    assert results["data"] == "modelnet40" and (results["train"], results["test"]) == (16, 8)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "No ModelNet40 HDF5 files"),
+        ({"points": np.zeros((2, 8, 3))}, "no dataset 'data'"),
+        ({"data": np.zeros((2, 8, 2)), "label": np.zeros((2, 1))}, r"\(N, points, 3\)"),
+        ({"data": np.zeros((2, 8, 3)), "label": np.zeros((3, 1))}, "3 labels for 2 clouds"),
+        ({"data": np.zeros((2, 8, 3)), "label": np.full((2, 1), 40)}, r"in \[0, 40\)"),
+    ],
+)  # fmt: skip
+def test_malformed_modelnet40_files_are_named(tmp_path, content, message):
+    if content is not None:
+        with h5py.File(tmp_path / "ply_data_test0.h5", "w") as f:
+            for key, value in content.items():
+                f[key] = value
+    with pytest.raises(ValueError, match=message):
+        example("data").modelnet40_hdf5(str(tmp_path), "test")
+
+
+def test_random_rotations_are_proper_rotations():
+    rotations = example("pointcloud_capsules").random_rotations(np.random.default_rng(0), 500)
+    np.testing.assert_allclose(
+        rotations @ rotations.transpose(0, 2, 1), np.eye(3)[None].repeat(500, 0), atol=1e-12
+    )
+    np.testing.assert_allclose(np.linalg.det(rotations), 1.0)
+    # Uniform over SO(3): the rotated z axis is uniform on the sphere.
+    assert abs(rotations[:, 2, 2].mean()) < 0.1 and abs(rotations[:, 2, 2].var() - 1 / 3) < 0.05
+
+
+def test_generated_shapes_are_on_their_surfaces():
+    clouds, labels = example("pointcloud_capsules").generated_shapes(40, 64, seed=0)
+    assert set(labels) == {0, 1, 2, 3}
+
+    def constant(values):  # one value per cloud: its scale times the surface's
+        np.testing.assert_allclose(values, values.mean(), rtol=1e-5)
+
+    for cloud, label in zip(clouds, labels):
+        if label == 0:  # sphere: one radius
+            constant(np.linalg.norm(cloud, axis=1))
+        elif label == 1:  # cube: one coordinate on a face
+            constant(np.abs(cloud).max(axis=1))
+        elif label == 2:  # cylinder: one distance from the z axis
+            constant(np.linalg.norm(cloud[:, :2], axis=1))
+        else:  # cone: the distance from the axis falls linearly with z
+            constant(2 * np.linalg.norm(cloud[:, :2], axis=1) + cloud[:, 2])
