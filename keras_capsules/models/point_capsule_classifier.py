@@ -92,6 +92,7 @@ class PointCapsuleClassifier(keras.Model):
         if self.num_classes < 2:
             raise ValueError(f"`num_classes` must be >= 2. Received: num_classes={num_classes}")
         self.head = one_of(head, _HEADS, "head")
+        self.supports_masking = True  # `mask=` drops padded points
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         dtype = self.dtype_policy
         latent_shape = (None, autoencoder.latent_capsules, autoencoder.latent_dim)
@@ -121,6 +122,11 @@ class PointCapsuleClassifier(keras.Model):
             self.classifier = keras.layers.Dense(self.num_classes, dtype=dtype, name="classifier")
             self.classifier.build((None, features))
         self.built = True
+
+    def compute_mask(self, points, mask=None):
+        # The mask of the points is used, not passed on: scores have no
+        # point axis.
+        return None
 
     def build(self, input_shape=None):
         # Every layer is built in `__init__`.
