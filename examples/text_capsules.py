@@ -132,19 +132,22 @@ def build(name, args, num_classes, vocabulary_size):
     return keras.Model(tokens, logits, name=name), cross_entropy
 
 
-def encode(name, args, words, texts):
-    """The model's inputs for `texts`: the preset's tokens for BERT models
-    with `--preset`, word ids otherwise."""
-    if name.startswith("bert") and args.preset:
+def encode(kind, args, words, *splits):
+    """The inputs of each split's texts for the models of `kind`: `"bert"`,
+    the preset's tokens with `--preset` (else the word ids as BERT's
+    inputs); `"words"`, word ids."""
+    if kind == "bert" and args.preset:
         import keras_hub
 
         preprocessor = keras_hub.models.TextClassifierPreprocessor.from_preset(
             args.preset, sequence_length=args.sequence_length
         )
-        inputs = preprocessor(list(texts))
-        return {key: keras.ops.convert_to_numpy(value) for key, value in inputs.items()}
-    ids = words(texts)
-    return bert_inputs(ids) if name.startswith("bert") else ids
+        return tuple(
+            {key: keras.ops.convert_to_numpy(v) for key, v in preprocessor(list(texts)).items()}
+            for texts in splits
+        )
+    ids = [words(texts) for texts in splits]
+    return tuple(bert_inputs(i) for i in ids) if kind == "bert" else tuple(ids)
 
 
 def main(argv=None):
@@ -195,6 +198,7 @@ def main(argv=None):
         "frozen_backbone": args.freeze_backbone,
         "seed": args.seed,
     }
+    inputs = {}
     for name in args.models:
         keras.utils.set_random_seed(args.seed)  # BERT models: the same backbone weights
         model, loss = build(name, args, num_classes, words.size)
@@ -203,7 +207,10 @@ def main(argv=None):
             loss=loss,
             metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         )
-        x, x_test = encode(name, args, words, texts), encode(name, args, words, test_texts)
+        kind = "bert" if name.startswith("bert") else "words"
+        if kind not in inputs:  # once per kind: both BERT models read the same tokens
+            inputs[kind] = encode(kind, args, words, texts, test_texts)
+        x, x_test = inputs[kind]
         start = time.perf_counter()
         # One shuffled pipeline for every model (keras-hub's classifier would
         # make its own, unshuffled, from arrays).
