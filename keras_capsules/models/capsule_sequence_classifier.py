@@ -202,8 +202,9 @@ class CapsuleSequenceClassifier(keras.Model):
         # backbone's layers (and weights).
         self.hidden_state_model = keras.Model(backbone.input, tensors, name="hidden_states")
         dtype = self.dtype_policy
+        dim = tensors[0].shape[-1]
         self.depth_embedding = keras.layers.Embedding(
-            self.depth, tensors[0].shape[-1], embeddings_initializer="zeros",
+            self.depth, dim, embeddings_initializer="zeros",
             dtype=dtype, name="depth_embedding",
         )  # fmt: skip
         self.part_projection = keras.layers.Dense(
@@ -223,7 +224,6 @@ class CapsuleSequenceClassifier(keras.Model):
         # Built here, from the shapes: a symbolic call would not build them on
         # every backend, and a loaded model needs its variables before its
         # weights are read.
-        dim = tensors[0].shape[-1]
         self.depth_embedding.build((self.depth,))
         self.part_projection.build((None, None, self.depth, dim))
         self.part_norm.build((None, None, self.depth, self.hidden_dim))
@@ -233,7 +233,7 @@ class CapsuleSequenceClassifier(keras.Model):
         self.built = True
 
     def build(self, input_shape=None):
-        # Every layer is built in `__init__`, on the backbone's own inputs.
+        # Every layer is built in `__init__`, from the hidden states' shape.
         self.built = True
 
     def call(self, inputs, training=None):
