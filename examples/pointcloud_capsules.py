@@ -16,10 +16,14 @@ on the aligned test clouds and on the same clouds randomly rotated:
   latent capsules;
 - `pointnet`: a PointNet-style classifier of about the capsule classifier's
   size: per point `Dense(64) -> Dense(128) -> Dense(--pointnet-width)`
-  (batch norm, ReLU), max over the points, `Dense(256) -> Dense(classes)`.
+  (batch norm, ReLU), max over the points, `Dense(256) -> Dense(classes)`;
+- `quaternion`: `models.QuaternionCapsuleClassifier` (Zhao et al., ECCV
+  2020), capsules whose poses are rotations, built on local reference
+  frames: rotation-invariant by construction.
 
-The capsule network is not rotation invariant, nor is PointNet: the
-rotated columns say how far each falls, and how much augmentation buys.
+The point capsule network is not rotation invariant, nor is PointNet: the
+rotated columns say how far each falls, and how much augmentation buys;
+the quaternion capsules should score the same both ways.
 
 Data: `--modelnet40 DIR`, the `modelnet40_ply_hdf5_2048` release
 (`ply_data_train*.h5`, `ply_data_test*.h5`: `data` (N, 2048, 3), `label`
@@ -47,7 +51,7 @@ import numpy as np
 import keras_capsules as kc
 
 SHAPES = ("sphere", "cube", "cylinder", "cone")
-MODELS = ("capsules", "linear_probe", "pointnet")
+MODELS = ("capsules", "linear_probe", "pointnet", "quaternion")
 REGIMES = ("aligned", "rotated")
 
 
@@ -148,6 +152,14 @@ def train(name, regime, args, num_classes, clouds, labels):
     """The trained model and the parameters it classifies with."""
     rng = np.random.default_rng(args.seed)  # the same rotations for every model
     fit = dict(batch_size=args.batch_size, epochs=1, verbose=0)
+    if name == "quaternion":
+        model = kc.models.QuaternionCapsuleClassifier(
+            num_classes, num_patches=min(64, args.points), patch_size=min(16, args.points)
+        )
+        model.compile()
+        for _ in range(args.epochs):
+            model.fit(training_clouds(clouds, regime, rng), labels, **fit)
+        return model, model.count_params()
     if name == "pointnet":
         model = pointnet(args, num_classes)
         for _ in range(args.epochs):

@@ -29,6 +29,8 @@ from keras_capsules import (
     metrics,
     models,
     ops,
+    point_cloud,
+    quaternion,
     routing,
 )
 from keras_capsules.callbacks import SpreadLossMarginScheduler
@@ -47,12 +49,14 @@ from keras_capsules.layers import (
     Length,
     LocalCapsule2D,
     LocalDeconvCapsule2D,
+    LocalReferenceFrames,
     Mask,
     PointPrimaryCapsule,
     PrimaryCapsule,
     PrimaryCapsule1D,
     PrimaryCapsule3D,
     PrimaryMatrixCapsule,
+    QuaternionCapsule,
     RoutedCapsule,
     SetPrimaryCapsule,
     Squash,
@@ -79,6 +83,7 @@ from keras_capsules.models import (
     PatchDecoder,
     PointCapsNet,
     PointCapsuleClassifier,
+    QuaternionCapsuleClassifier,
     SegCaps,
 )
 from keras_capsules.routing import (
@@ -87,6 +92,7 @@ from keras_capsules.routing import (
     EMRouting,
     HeinsenRouting,
     InvertedDotProductRouting,
+    QuaternionRouting,
     Router,
     SelfAttentionRouting,
     SelfRouting,

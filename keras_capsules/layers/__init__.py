@@ -10,6 +10,7 @@ from keras_capsules.layers.conv_capsule import ConvCapsule1D, ConvCapsule2D, Con
 from keras_capsules.layers.depthwise_primary_capsule import DepthwisePrimaryCapsule
 from keras_capsules.layers.heinsen_capsule import HeinsenCapsule
 from keras_capsules.layers.length import Length
+from keras_capsules.layers.local_reference_frames import LocalReferenceFrames
 from keras_capsules.layers.mask import Mask
 from keras_capsules.layers.matrix_capsule import (
     ClassMatrixCapsule,
@@ -20,6 +21,7 @@ from keras_capsules.layers.point_primary_capsule import PointPrimaryCapsule
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.layers.primary_capsule_1d import PrimaryCapsule1D
 from keras_capsules.layers.primary_capsule_3d import PrimaryCapsule3D
+from keras_capsules.layers.quaternion_capsule import QuaternionCapsule
 from keras_capsules.layers.segmentation_capsule import LocalCapsule2D, LocalDeconvCapsule2D
 from keras_capsules.layers.set_primary_capsule import SetPrimaryCapsule
 from keras_capsules.layers.squash import Squash

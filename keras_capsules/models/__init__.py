@@ -18,5 +18,6 @@ from keras_capsules.models.matrix_capsnet import MatrixCapsNet
 from keras_capsules.models.point_capsnet import PatchDecoder, PointCapsNet
 from keras_capsules.models.point_capsule_classifier import PointCapsuleClassifier
 from keras_capsules.models.presets import from_preset, list_presets
+from keras_capsules.models.quaternion_capsule_classifier import QuaternionCapsuleClassifier
 from keras_capsules.models.segcaps import SegCaps
 from keras_capsules.models.xla import set_xla

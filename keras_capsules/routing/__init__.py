@@ -14,6 +14,7 @@ from keras_capsules.routing.dynamic import DynamicRouting
 from keras_capsules.routing.em import EMRouting
 from keras_capsules.routing.heinsen import HeinsenRouting
 from keras_capsules.routing.inverted_dot_product import InvertedDotProductRouting
+from keras_capsules.routing.quaternion import QuaternionRouting
 from keras_capsules.routing.self_attention import SelfAttentionRouting
 from keras_capsules.routing.self_routing import SelfRouting
 from keras_capsules.routing.sparse_attention import SparseAttentionRouting

@@ -27,7 +27,7 @@ def test_every_model_and_regime_on_generated_shapes(tmp_path):
     )
     with open(tmp_path / "metrics.json") as f:
         assert json.load(f) == json.loads(json.dumps(results))
-    for name in ("capsules", "linear_probe", "pointnet"):
+    for name in ("capsules", "linear_probe", "pointnet", "quaternion"):
         for regime in ("aligned", "rotated"):
             row = results[f"{name}_trained_{regime}"]
             assert 0 <= row["aligned_accuracy"] <= 1 and 0 <= row["rotated_accuracy"] <= 1

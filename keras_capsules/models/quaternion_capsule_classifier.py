@@ -1,0 +1,179 @@
+"""Rotation-invariant point-cloud classification with quaternion capsules
+(Zhao et al., 2020)."""
+
+import keras
+from keras import ops
+
+from keras_capsules import point_cloud
+from keras_capsules.layers.local_reference_frames import LocalReferenceFrames
+from keras_capsules.layers.quaternion_capsule import QuaternionCapsule
+from keras_capsules.losses import SpreadLoss
+from keras_capsules.routing.quaternion import QuaternionRouting
+from keras_capsules.validation import positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class QuaternionCapsuleClassifier(keras.Model):
+    """Classifies point clouds in any orientation: quaternion capsules.
+
+    ```
+    points  (batch, n, 3), centred on their mean
+    frames = LocalReferenceFrames(frame_neighbors)(points)      a rotation per point
+    patches: the first num_patches points, each with its patch_size nearest points
+    patch capsules = QuaternionCapsule(capsules)(offsets to the patch's point,
+                                                 the points' frames, activations 1)
+    class capsules = QuaternionCapsule(num_classes)(the patch points' positions,
+                                                    the patch capsules, their activations)
+    scores = class activations (batch, num_classes), in (0, 1)
+    ```
+
+    Every step is rotation-equivariant (the frames and the capsule poses
+    turn with the cloud) or invariant (neighbourhoods, offsets in the
+    capsules' own frames, activations), so the scores do not change when
+    the cloud is rotated: trained on aligned clouds, the model classifies
+    rotated ones as well (up to where the local frames are ill-defined,
+    see `keras_capsules.point_cloud.local_reference_frames`). The class
+    capsules' poses (`return_poses=True`) rotate with the cloud.
+
+    The patches are centred on the first `num_patches` points of each
+    cloud, which are a random sample when the points come in random order
+    (shuffle them otherwise); nothing depends on their coordinates, so the
+    choice does not break the invariance.
+
+    `compile(optimizer="auto", loss="auto", metrics="auto")`: Adam (1e-2),
+    `SpreadLoss(margin=0.1)` on the activations (as the authors), accuracy.
+    Labels are class ids.
+
+    Args:
+        num_classes: number of classes, `>= 2`.
+        capsules: capsule types per patch.
+        num_patches: patches per cloud (`<=` the points per cloud).
+        patch_size: points per patch.
+        frame_neighbors: neighbourhood of the local reference frames.
+        iterations: routing iterations of both capsule layers.
+        **kwargs: `keras.Model` arguments (`name`, `dtype`).
+
+    Call arguments:
+        points: `(batch, n, 3)`, `n >= num_patches, patch_size, frame_neighbors`.
+        return_poses: also return the class capsules' poses `(batch,
+            num_classes, 4)`.
+
+    Returns:
+        scores `(batch, num_classes)`; with `return_poses=True`, `(scores,
+        poses)`.
+
+    Example:
+
+    >>> model = keras_capsules.models.QuaternionCapsuleClassifier(
+    ...     3, capsules=4, num_patches=8, patch_size=8, frame_neighbors=8)
+    >>> points = np.random.default_rng(0).normal(size=(2, 64, 3)).astype("float32")
+    >>> tuple(model(points).shape)
+    (2, 3)
+
+    Reference: Zhao, Birdal, Lenssen, Menegatti, Guibas & Tombari,
+    "Quaternion Equivariant Capsule Networks for 3D Point Clouds", ECCV
+    2020; the spread loss: Hinton, Sabour & Frosst, "Matrix Capsules with
+    EM Routing", ICLR 2018.
+    """
+
+    def __init__(
+        self,
+        num_classes,
+        capsules=16,
+        num_patches=64,
+        patch_size=16,
+        frame_neighbors=16,
+        iterations=3,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_classes = positive_int(num_classes, "num_classes")
+        if self.num_classes < 2:
+            raise ValueError(f"`num_classes` must be >= 2. Received: num_classes={num_classes}")
+        self.capsules = positive_int(capsules, "capsules")
+        self.num_patches = positive_int(num_patches, "num_patches")
+        self.patch_size = positive_int(patch_size, "patch_size")
+        self.frame_neighbors = positive_int(frame_neighbors, "frame_neighbors")
+        self.iterations = positive_int(iterations, "iterations")
+        dtype = self.dtype_policy
+        self.frames = LocalReferenceFrames(self.frame_neighbors, dtype=dtype, name="frames")
+        self.patch_capsules = QuaternionCapsule(
+            self.capsules,
+            router=QuaternionRouting(self.iterations, dtype=dtype),
+            dtype=dtype,
+            name="patch_capsules",
+        )
+        self.class_capsules = QuaternionCapsule(
+            self.num_classes,
+            router=QuaternionRouting(self.iterations, dtype=dtype),
+            dtype=dtype,
+            name="class_capsules",
+        )
+        # Built from shapes here: a symbolic call does not build sublayers
+        # on every backend.
+        p, k, c = self.num_patches, self.patch_size, self.capsules
+        self.frames.build((None, None, 3))
+        self.patch_capsules.build([(None, p, k, 3), (None, p, k, 1, 4), (None, p, k, 1)])
+        self.class_capsules.build([(None, 1, p, 3), (None, 1, p, c, 4), (None, 1, p, c)])
+        self.built = True
+
+    def build(self, input_shape=None):
+        # Every layer is built in `__init__`.
+        self.built = True
+
+    def _check(self, points_shape):
+        points_shape = tuple(points_shape)
+        needed = max(self.num_patches, self.patch_size, self.frame_neighbors)
+        if (
+            len(points_shape) != 3
+            or points_shape[-1] != 3
+            or (points_shape[1] is not None and points_shape[1] < needed)
+        ):
+            raise ValueError(
+                f"QuaternionCapsuleClassifier expects points of shape (batch, n, 3), "
+                f"n >= {needed} (num_patches, patch_size, frame_neighbors). "
+                f"Received: points.shape={points_shape}"
+            )
+
+    def call(self, points, return_poses=False):
+        self._check(points.shape)
+        points = ops.convert_to_tensor(points)
+        points = points - ops.mean(points, axis=1, keepdims=True)
+        frames = self.frames(points)
+        centres = points[:, : self.num_patches]
+        neighbors = point_cloud.nearest_neighbors(centres, points, self.patch_size)
+        offsets = point_cloud.gather(points, neighbors) - centres[:, :, None]
+        poses = point_cloud.gather(frames, neighbors)[:, :, :, None]
+        activations = ops.ones_like(poses[..., 0])
+        poses, activations = self.patch_capsules([offsets, poses, activations])
+        poses, activations = self.class_capsules(
+            [centres[:, None], poses[:, None], activations[:, None]]
+        )
+        scores = activations[:, 0]
+        return (scores, poses[:, 0]) if return_poses else scores
+
+    def compute_output_shape(self, points_shape, return_poses=False):
+        self._check(points_shape)
+        scores = (points_shape[0], self.num_classes)
+        return (scores, (points_shape[0], self.num_classes, 4)) if return_poses else scores
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
+        if optimizer == "auto":
+            optimizer = keras.optimizers.Adam(1e-2)
+        if loss == "auto":
+            loss = SpreadLoss(margin=0.1)
+        if metrics == "auto":
+            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_classes=self.num_classes,
+            capsules=self.capsules,
+            num_patches=self.num_patches,
+            patch_size=self.patch_size,
+            frame_neighbors=self.frame_neighbors,
+            iterations=self.iterations,
+        )
+        return config

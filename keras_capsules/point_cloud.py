@@ -1,0 +1,135 @@
+"""Neighbourhoods and local reference frames of point clouds, written with
+`keras.ops` only. Distances, covariances and eigenvectors are computed in
+float32 when the points are float16 or bfloat16."""
+
+from keras import ops
+
+from keras_capsules.ops import compute_dtype_for
+
+
+def _upcast(x):
+    x = ops.convert_to_tensor(x)
+    return ops.cast(x, compute_dtype_for(x.dtype))
+
+
+def nearest_neighbors(queries, points, k):
+    """Indices of the `k` points nearest to each query, nearest first.
+
+    Squared distances `|q|^2 - 2 q.p + |p|^2` (one matmul), then
+    `keras.ops.top_k`; a query that is one of the points finds itself
+    first. They depend on distances only, so they do not change when the
+    whole cloud is rotated or moved.
+
+    Args:
+        queries: `(batch, m, 3)`.
+        points: `(batch, n, 3)`, `n >= k`.
+        k: int, the number of neighbours.
+
+    Returns:
+        int32 indices into `points`, `(batch, m, k)`.
+
+    Example:
+
+    >>> points = ops.convert_to_tensor([[[0.0, 0, 0], [1, 0, 0], [3, 0, 0]]])
+    >>> ops.convert_to_numpy(keras_capsules.point_cloud.nearest_neighbors(points, points, 2))
+    array([[[0, 1],
+            [1, 0],
+            [2, 1]]], dtype=int32)
+    """
+    queries, points = _upcast(queries), _upcast(points)
+    distances = (
+        ops.sum(queries * queries, axis=-1)[:, :, None]
+        - 2.0 * ops.einsum("bmd,bnd->bmn", queries, points)
+        + ops.sum(points * points, axis=-1)[:, None, :]
+    )
+    _, indices = ops.top_k(-distances, k)
+    return ops.cast(indices, "int32")
+
+
+def gather(values, indices):
+    """`values[b, indices[b, m, j]]`: per-batch rows of `values (batch, n,
+    ...)` at `indices (batch, m, k)`, shaped `(batch, m, k, ...)`.
+
+    Example:
+
+    >>> values = ops.convert_to_tensor([[[0.0], [10.0], [20.0]]])
+    >>> indices = ops.convert_to_tensor([[[2, 0]]])
+    >>> ops.convert_to_numpy(keras_capsules.point_cloud.gather(values, indices))
+    array([[[[20.],
+             [ 0.]]]], dtype=float32)
+    """
+    _, m, k = indices.shape
+    trailing = tuple(values.shape[2:])
+    # One `take` from the flattened batch: row `i` of cloud `b` is row
+    # `b * n + i`.
+    offsets = ops.arange(ops.shape(values)[0], dtype="int32")[:, None, None] * values.shape[1]
+    flat = ops.reshape(ops.cast(indices, "int32") + offsets, (-1,))
+    rows = ops.take(ops.reshape(values, (-1,) + trailing), flat, axis=0)
+    return ops.reshape(rows, (-1, m, k) + trailing)
+
+
+def _majority_sign(projections):
+    # +1 or -1: the side that most of the neighbours lie on (SHOT's
+    # disambiguation); on a tie, the side of their mean; on a tie of both,
+    # +1. Counts and sums of projections do not change under rotation.
+    votes = ops.sum(ops.sign(projections), axis=-1)
+    total = ops.sum(projections, axis=-1)
+    side = ops.where(votes != 0, votes, total)
+    return ops.cast(ops.where(side < 0, -1.0, 1.0), projections.dtype)
+
+
+def local_reference_frames(points, num_neighbors):
+    """A rotation for each point that turns with the cloud: its local
+    reference frame.
+
+    From the offsets `d_j = p_j - p` of the point's `num_neighbors` nearest
+    points (itself included) and their covariance `C = mean_j d_j d_j^T`:
+
+    ```
+    x = sign_x e_max        e_max, e_min: eigenvectors of the largest and
+    z = sign_z e_min                      smallest eigenvalues of C
+    y = z cross x           sign_a: +1 if most d_j lie on the side a points
+                            to (sum_j sign(d_j . e_a) > 0), -1 if fewer; on
+                            a tie, the side of the mean offset
+    ```
+
+    The eigenvectors turn with the cloud and the signs do not change, so
+    rotating the cloud by `R` turns every frame `F` into `R F`: the frames
+    are rotation-equivariant (where the largest or smallest eigenvalue is
+    repeated, as on a perfect plane or sphere, the axis is not defined and
+    the frame is whichever eigenvector `eigh` returns). No gradient flows
+    through the frames. Computed in float32 for half inputs.
+
+    Args:
+        points: `(batch, n, 3)`.
+        num_neighbors: int, the size of the neighbourhood, `>= 3`.
+
+    Returns:
+        rotation matrices `(batch, n, 3, 3)`, the axes `x, y, z` as columns.
+
+    Example:
+
+    >>> points = np.random.default_rng(0).normal(size=(1, 32, 3))
+    >>> frames = keras_capsules.point_cloud.local_reference_frames(points, 8)
+    >>> frames = ops.convert_to_numpy(frames)
+    >>> frames.shape, np.allclose(frames[0, 0].T @ frames[0, 0], np.eye(3), atol=1e-5)
+    ((1, 32, 3, 3), True)
+
+    Reference: Tombari, Salti & Di Stefano, "Unique Signatures of
+    Histograms for Local Surface Description", ECCV 2010 (the
+    disambiguation of SHOT); Zhao et al., "Quaternion Equivariant Capsule
+    Networks for 3D Point Clouds", ECCV 2020 (local frames as input
+    rotations).
+    """
+    points = ops.stop_gradient(_upcast(points))
+    neighbors = gather(points, nearest_neighbors(points, points, num_neighbors))
+    offsets = neighbors - points[:, :, None, :]
+    covariance = ops.einsum("bnki,bnkj->bnij", offsets, offsets) / num_neighbors
+    _, vectors = ops.eigh(covariance)  # ascending eigenvalues
+    e_min, e_max = vectors[..., :, 0], vectors[..., :, 2]
+    x = e_max * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_max))[..., None]
+    z = e_min * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_min))[..., None]
+    z0, z1, z2 = ops.unstack(z, 3, axis=-1)
+    x0, x1, x2 = ops.unstack(x, 3, axis=-1)
+    y = ops.stack([z1 * x2 - z2 * x1, z2 * x0 - z0 * x2, z0 * x1 - z1 * x0], axis=-1)
+    return ops.stop_gradient(ops.stack([x, y, z], axis=-1))

@@ -1,0 +1,257 @@
+"""Quaternion algebra for rotation capsules, written with `keras.ops` only.
+
+Quaternions are the last axis of a tensor, `(w, x, y, z)`, `w` the real
+part; a unit quaternion `q` is the rotation `R(q)` and `-q` the same
+rotation. Products follow Hamilton's convention: `multiply(q, r)` rotates
+by `r`, then by `q`. Work that loses accuracy in half precision (the
+eigenvectors of `weighted_mean`, the arccosine of `angular_distance`) runs
+in float32 when the inputs are float16 or bfloat16, and the results are
+cast back.
+"""
+
+import math
+
+from keras import ops
+
+from keras_capsules.ops import compute_dtype_for
+
+# Eigenvalue gaps below this fraction of the largest eigenvalue count as
+# ties in `weighted_mean`'s gradient.
+_TIE = 1e-6
+# `angular_distance` clips |<q, r>| below 1: the arccosine's slope is
+# infinite at 1 (Zhao et al. clip at the same value).
+_MAX_COSINE = 0.9999
+
+
+def _upcast(*tensors):
+    tensors = [ops.convert_to_tensor(t) for t in tensors]
+    dtype = compute_dtype_for(tensors[0].dtype)
+    return [ops.cast(t, dtype) for t in tensors]
+
+
+def multiply(q, r):
+    """The Hamilton product `q r` of quaternions `(..., 4)` (broadcast).
+
+    Args:
+        q: quaternions `(..., 4)`.
+        r: quaternions `(..., 4)`, broadcastable against `q`.
+
+    Returns:
+        `q r`, `(..., 4)`.
+
+    Example:
+
+    >>> i = ops.convert_to_tensor([0.0, 1.0, 0.0, 0.0])
+    >>> j = ops.convert_to_tensor([0.0, 0.0, 1.0, 0.0])
+    >>> ops.convert_to_numpy(keras_capsules.quaternion.multiply(i, j))  # i j = k
+    array([0., 0., 0., 1.], dtype=float32)
+    """
+    q0, q1, q2, q3 = ops.unstack(ops.convert_to_tensor(q), 4, axis=-1)
+    r0, r1, r2, r3 = ops.unstack(ops.convert_to_tensor(r), 4, axis=-1)
+    return ops.stack(
+        [
+            q0 * r0 - q1 * r1 - q2 * r2 - q3 * r3,
+            q0 * r1 + q1 * r0 + q2 * r3 - q3 * r2,
+            q0 * r2 - q1 * r3 + q2 * r0 + q3 * r1,
+            q0 * r3 + q1 * r2 - q2 * r1 + q3 * r0,
+        ],
+        axis=-1,
+    )
+
+
+def conjugate(q):
+    """`(w, -x, -y, -z)`: the inverse of a unit quaternion.
+
+    Example:
+
+    >>> ops.convert_to_numpy(keras_capsules.quaternion.conjugate(ops.ones((4,))))
+    array([ 1., -1., -1., -1.], dtype=float32)
+    """
+    q = ops.convert_to_tensor(q)
+    return q * ops.convert_to_tensor([1.0, -1.0, -1.0, -1.0], dtype=q.dtype)
+
+
+def _cross(u, v):
+    u0, u1, u2 = ops.unstack(u, 3, axis=-1)
+    v0, v1, v2 = ops.unstack(v, 3, axis=-1)
+    return ops.stack([u1 * v2 - u2 * v1, u2 * v0 - u0 * v2, u0 * v1 - u1 * v0], axis=-1)
+
+
+def rotate(q, v):
+    """Vectors `v (..., 3)` rotated by unit quaternions `q (..., 4)`.
+
+    `rotate(q, v) = v + 2 w (u x v) + 2 u x (u x v)` with `q = (w, u)`,
+    which is `q (0, v) q*` for unit `q`.
+
+    Args:
+        q: unit quaternions `(..., 4)`.
+        v: vectors `(..., 3)`, broadcastable against `q[..., :3]`.
+
+    Returns:
+        the rotated vectors, `(..., 3)`.
+
+    Example (a quarter turn about z takes x to y):
+
+    >>> q = ops.convert_to_tensor([0.5 ** 0.5, 0.0, 0.0, 0.5 ** 0.5])
+    >>> v = ops.convert_to_tensor([1.0, 0.0, 0.0])
+    >>> ops.convert_to_numpy(keras_capsules.quaternion.rotate(q, v)).round(6) + 0
+    array([0., 1., 0.], dtype=float32)
+    """
+    q, v = ops.convert_to_tensor(q), ops.convert_to_tensor(v)
+    w, u = q[..., :1], q[..., 1:]
+    uv = _cross(u, v)
+    return v + 2.0 * (w * uv + _cross(u, uv))
+
+
+def to_rotation_matrix(q):
+    """The rotation matrices `(..., 3, 3)` of unit quaternions `(..., 4)`:
+    `to_rotation_matrix(q) @ v == rotate(q, v)`.
+
+    Example:
+
+    >>> m = keras_capsules.quaternion.to_rotation_matrix(ops.convert_to_tensor([1.0, 0, 0, 0]))
+    >>> ops.convert_to_numpy(m)
+    array([[1., 0., 0.],
+           [0., 1., 0.],
+           [0., 0., 1.]], dtype=float32)
+    """
+    w, x, y, z = ops.unstack(ops.convert_to_tensor(q), 4, axis=-1)
+    rows = [
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ]
+    return ops.stack([ops.stack(row, axis=-1) for row in rows], axis=-2)
+
+
+def from_rotation_matrix(m):
+    """Unit quaternions `(..., 4)` of rotation matrices `(..., 3, 3)`, with
+    `w >= 0`.
+
+    Shepperd's method: the four candidate quaternions, each exact where its
+    own component is the largest; the candidate of the largest one is kept
+    (selected with a one-hot sum, no branches).
+
+    Args:
+        m: rotation matrices `(..., 3, 3)`.
+
+    Returns:
+        unit quaternions `(..., 4)`.
+
+    Example (a half turn about x):
+
+    >>> m = ops.convert_to_tensor([[1.0, 0, 0], [0, -1, 0], [0, 0, -1]])
+    >>> ops.convert_to_numpy(keras_capsules.quaternion.from_rotation_matrix(m))
+    array([0., 1., 0., 0.], dtype=float32)
+    """
+    m = ops.convert_to_tensor(m)
+    (m00, m01, m02), (m10, m11, m12), (m20, m21, m22) = (
+        ops.unstack(row, 3, axis=-1) for row in ops.unstack(m, 3, axis=-2)
+    )
+    candidates = ops.stack(
+        [
+            ops.stack([1 + m00 + m11 + m22, m21 - m12, m02 - m20, m10 - m01], axis=-1),
+            ops.stack([m21 - m12, 1 + m00 - m11 - m22, m01 + m10, m02 + m20], axis=-1),
+            ops.stack([m02 - m20, m01 + m10, 1 - m00 + m11 - m22, m12 + m21], axis=-1),
+            ops.stack([m10 - m01, m02 + m20, m12 + m21, 1 - m00 - m11 + m22], axis=-1),
+        ],
+        axis=-2,
+    )
+    # Candidate k is 4 q_k q: its own component, 4 q_k^2, is on the diagonal.
+    diagonal = ops.diagonal(candidates, axis1=-2, axis2=-1)
+    pick = ops.one_hot(ops.argmax(diagonal, axis=-1), 4, dtype=m.dtype)
+    q = ops.sum(pick[..., None] * candidates, axis=-2)
+    q = q / ops.sqrt(ops.sum(q * q, axis=-1, keepdims=True))
+    return _positive_real(q)
+
+
+def _positive_real(q):
+    # q and -q are one rotation: the one with w >= 0 represents it.
+    return ops.where(q[..., :1] < 0, -q, q)
+
+
+def weighted_mean(q, weights):
+    """The weighted mean rotation of quaternions `q (..., n, 4)`.
+
+    The quaternion of largest `sum_i weights_i (q_i . m)^2` over unit `m`:
+    the eigenvector of the largest eigenvalue of the scatter matrix
+    `M = sum_i weights_i q_i q_i^T` (Markley et al., 2007), from
+    `keras.ops.eigh`. It does not depend on the signs of the `q_i`, and it
+    rotates with them: `weighted_mean(r q, w) = r weighted_mean(q, w)` (up
+    to sign) for any unit `r`. Returned with `w >= 0`; zero weights give
+    the identity.
+
+    The gradient is the eigenvector's first-order perturbation,
+    `dm = sum_{k != top} u_k u_k^T dM m / (lambda_top - lambda_k)`, taken
+    from a stopped-gradient `eigh`: the backends' own `eigh` gradients
+    divide by the gaps between *all* eigenvalues, which are 0 (a NaN
+    gradient) whenever fewer than four distinct quaternions are averaged.
+    Gaps below `1e-6 lambda_top` (a top eigenvalue that is not unique)
+    contribute nothing. Computed in float32 for half inputs.
+
+    Args:
+        q: quaternions `(..., n, 4)`.
+        weights: non-negative weights `(..., n)`.
+
+    Returns:
+        unit quaternions `(..., 4)`, in the dtype of `q`.
+
+    Example:
+
+    >>> q = ops.convert_to_tensor([[0.0, 1.0, 0.0, 0.0], [0.0, -1.0, 0.0, 0.0]])
+    >>> mean = keras_capsules.quaternion.weighted_mean(q, ops.ones((2,)))
+    >>> ops.convert_to_numpy(mean).round(4) + 0  # q and -q: one rotation
+    array([0., 1., 0., 0.], dtype=float32)
+
+    Reference: Markley, Cheng, Crassidis & Oshman, "Averaging Quaternions",
+    Journal of Guidance, Control, and Dynamics 30(4), 2007.
+    """
+    original = ops.convert_to_tensor(q).dtype
+    q, weights = _upcast(q, weights)
+    scatter = ops.einsum("...n,...ni,...nj->...ij", weights, q, q)
+    fixed = ops.stop_gradient(scatter)
+    values, vectors = ops.eigh(fixed)  # ascending eigenvalues: the last column
+    top = vectors[..., :, -1]
+    gaps = values[..., -1:] - values
+    tie = _TIE * ops.maximum(values[..., -1:], 1e-30)
+    inverse_gaps = ops.where(gaps > tie, 1.0 / ops.where(gaps > tie, gaps, 1.0), 0.0)
+    # Zero in value, the first-order change of `top` in gradient.
+    change = ops.einsum("...ij,...j->...i", scatter - fixed, top)
+    top = top + ops.einsum(
+        "...ik,...k->...i", vectors, inverse_gaps * ops.einsum("...ik,...i->...k", vectors, change)
+    )
+    identity = ops.convert_to_tensor([1.0, 0.0, 0.0, 0.0], dtype=q.dtype)
+    empty = values[..., -1:] <= 0
+    return ops.cast(_positive_real(ops.where(empty, identity, top)), original)
+
+
+def angular_distance(q, r):
+    """The angle between the rotations of unit quaternions, over pi.
+
+    `angular_distance(q, r) = 2 arccos(min(|q . r|, 0.9999)) / pi`, in
+    `[0.009, 1]`: 0 for one rotation (up to the clip), 1 for rotations a
+    half turn apart. The clip keeps the gradient finite (the arccosine's
+    slope is infinite at 1). Computed in float32 for half inputs.
+
+    Args:
+        q: unit quaternions `(..., 4)`.
+        r: unit quaternions `(..., 4)`, broadcastable against `q`.
+
+    Returns:
+        distances `(...)`, in the dtype of `q`.
+
+    Example (a quarter turn apart):
+
+    >>> q = ops.convert_to_tensor([1.0, 0.0, 0.0, 0.0])
+    >>> r = ops.convert_to_tensor([0.5 ** 0.5, 0.5 ** 0.5, 0.0, 0.0])
+    >>> round(float(keras_capsules.quaternion.angular_distance(q, r)), 4)
+    0.5
+
+    Reference: Zhao, Birdal, Lenssen, Menegatti, Guibas & Tombari,
+    "Quaternion Equivariant Capsule Networks for 3D Point Clouds", ECCV
+    2020 (the distance of their routing).
+    """
+    original = ops.convert_to_tensor(q).dtype
+    q, r = _upcast(q, r)
+    cosine = ops.minimum(ops.abs(ops.sum(q * r, axis=-1)), _MAX_COSINE)
+    return ops.cast(2.0 * ops.arccos(cosine) / math.pi, original)

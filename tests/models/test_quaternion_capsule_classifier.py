@@ -1,0 +1,93 @@
+"""QuaternionCapsuleClassifier: rotation-invariant scores and equivariant
+poses for the model as a whole, learning generated shapes with the
+defaults, saving, mixed precision, bad arguments."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_capsules.models import QuaternionCapsuleClassifier
+from tests.models.test_point_capsnet import shapes
+from tests.parity.cases_quaternion import unit_clusters
+from tests.reference import quaternion as ref
+from tests.test_case import round_trip, to_numpy
+
+SMALL = dict(capsules=4, num_patches=16, patch_size=8, frame_neighbors=8)
+
+
+def model(num_classes=3, **kwargs):
+    keras.utils.set_random_seed(0)
+    return QuaternionCapsuleClassifier(num_classes, **{**SMALL, **kwargs})
+
+
+def ellipsoids(count, points, rng):
+    p = rng.normal(size=(count, points, 3))
+    p /= np.linalg.norm(p, axis=-1, keepdims=True)
+    return (p * [1.5, 1.0, 0.6]).astype("float32")
+
+
+def test_rotating_the_cloud_rotates_the_poses_and_keeps_the_scores():
+    classifier = model()
+    clouds = ellipsoids(2, 64, np.random.default_rng(0))
+    scores, poses = (to_numpy(t) for t in classifier(clouds, return_poses=True))
+    assert poses.shape == (2, 3, 4)
+    for seed in range(3):
+        r = unit_clusters(np.random.default_rng(seed), (), 1)[0]
+        turned = ref.rotate(r, clouds).astype("float32") + 0.5  # moved too
+        turned_scores, turned_poses = classifier(turned, return_poses=True)
+        np.testing.assert_allclose(to_numpy(turned_scores), scores, atol=1e-5)
+        expected = ref.multiply(r, poses)
+        error = np.minimum(
+            np.abs(to_numpy(turned_poses) - expected).max(-1),
+            np.abs(to_numpy(turned_poses) + expected).max(-1),
+        )
+        assert error.max() < 1e-4, error.max()
+
+
+def test_learns_generated_shapes_with_the_defaults():
+    # Slow for the first few epochs (the agreements start alike for every
+    # class), then steady: measured 0.51 of the first loss, 0.72 accuracy.
+    classifier = model(capsules=8)
+    clouds, labels = shapes(192, points=48)  # randomly rotated
+    classifier.compile()
+    history = classifier.fit(clouds, labels, batch_size=8, epochs=16, verbose=0).history
+    assert history["loss"][-1] < 0.75 * history["loss"][0], history["loss"]
+    assert history["accuracy"][-1] > 0.55, history["accuracy"]  # of 3 classes
+
+
+def test_saves_and_loads():
+    classifier = model()
+    classifier.compile()
+    clouds, labels = shapes(8, points=32)
+    classifier.fit(clouds, labels, batch_size=8, epochs=1, verbose=0)
+    loaded = round_trip(classifier)
+    np.testing.assert_allclose(to_numpy(loaded(clouds)), to_numpy(classifier(clouds)), rtol=1e-5)
+    assert loaded.get_config()["capsules"] == 4
+
+
+def test_mixed_precision_gives_finite_scores_and_gradients():
+    classifier = model(dtype="mixed_bfloat16")
+    classifier.compile()
+    clouds, labels = shapes(8, points=32)
+    history = classifier.fit(clouds, labels, batch_size=8, epochs=1, verbose=0).history
+    assert np.isfinite(history["loss"]).all()
+    assert np.isfinite(to_numpy(classifier(clouds)).astype("float32")).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_classes=1), "num_classes=1"),
+        (dict(capsules=0), "capsules=0"),
+        (dict(num_patches=0), "num_patches=0"),
+        (dict(frame_neighbors=2), "num_neighbors=2"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        QuaternionCapsuleClassifier(**{"num_classes": 3, **kwargs})
+
+
+def test_too_few_points_are_refused_before_any_computation():
+    with pytest.raises(ValueError, match=r"points.shape=\(2, 10, 3\)"):
+        model()(np.zeros((2, 10, 3), "float32"))
