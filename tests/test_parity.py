@@ -5,10 +5,10 @@ one worker subprocess per backend, and is compared with its float64 NumPy
 reference (forward values; gradients by central finite differences) and
 with the other backends. Workers run once per version of the sources, Keras,
 NumPy and the backends: their results are cached under `.pytest_cache/parity`,
-so the three per-backend pytest runs share them.
+so the three per-backend pytest runs share them, and so are the float64
+references with their finite-difference gradients.
 """
 
-import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -16,6 +16,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -66,51 +67,76 @@ def _source_hash():
 
 @pytest.fixture(scope="session")
 def parity_results():
-    """{backend: {key: array}} for every installed backend."""
+    """{backend: {key: array}} for every installed backend, and
+    `"reference"`: the float64 references and their finite-difference
+    gradients."""
     cache = ROOT / ".pytest_cache" / "parity"
     cache.mkdir(parents=True, exist_ok=True)
     key = _source_hash()
     paths = {b: cache / f"{b}-{key}.npz" for b in BACKENDS if _installed(b)}
+    references = cache / f"reference-{key}.npz"
     # Under pytest-xdist every test process needs the results: the first to
     # take the lock runs the workers, the others wait and read its files.
     with exclusive(cache / f"{key}.lock"):
-        _run_missing_workers(paths)
-    return {b: dict(np.load(p)) for b, p in paths.items()}
+        _run_missing_workers(paths, references)
+    return {
+        **{b: dict(np.load(p)) for b, p in paths.items()},
+        "reference": dict(np.load(references)),
+    }
 
 
-def _run_missing_workers(paths):
+def _write_references(path):
+    """The float64 references of every case and their finite-difference
+    gradients, once per version of the sources (each backend's run and
+    test process reads them; computing them took ~18 s a process)."""
+    arrays = {}
+    for name, case in CASES.items():
+        inputs = case.make_inputs()
+        for i, out in enumerate(case.reference(inputs)):
+            arrays[f"{name}|out|{i}"] = out
+        for k, grad in (fd_gradients(case, inputs) if case.diff else {}).items():
+            arrays[f"{name}|grad|{k}"] = grad
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _run_missing_workers(paths, references):
     running = {}
     for backend, path in paths.items():
         if not path.exists():
             tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
             env = {**os.environ, "KERAS_BACKEND": backend}
+            # Output to a file, not a pipe: nobody reads a pipe while the
+            # references are computed, and a full one would stall the worker.
+            log = tempfile.TemporaryFile()
             running[backend] = (
                 subprocess.Popen(
                     [sys.executable, "-m", "tests.parity.worker", backend, str(tmp)],
                     cwd=ROOT,
                     env=env,
-                    stdout=subprocess.PIPE,
+                    stdout=log,
                     stderr=subprocess.STDOUT,
                 ),
                 tmp,
+                log,
             )
-    for backend, (proc, tmp) in running.items():
-        output, _ = proc.communicate(timeout=WORKER_TIMEOUT_S)
-        if proc.returncode != 0:
-            pytest.fail(f"{backend} parity worker failed:\n{output.decode()[-5000:]}")
+    # While the workers run.
+    if not references.exists():
+        _write_references(references)
+    for backend, (proc, tmp, log) in running.items():
+        with log:
+            proc.wait(timeout=WORKER_TIMEOUT_S)
+            if proc.returncode != 0:
+                log.seek(0)
+                output = log.read().decode(errors="replace")
+                pytest.fail(f"{backend} parity worker failed:\n{output[-5000:]}")
         os.replace(tmp, paths[backend])
 
 
 def _installed(backend):
     module = {"tensorflow": "tensorflow", "torch": "torch", "jax": "jax"}[backend]
     return importlib.util.find_spec(module) is not None
-
-
-@functools.cache
-def _reference(name):
-    case = CASES[name]
-    arrays = case.make_inputs()
-    return case.reference(arrays), fd_gradients(case, arrays) if case.diff else {}
 
 
 def _case_results(results, name, backend):
@@ -136,7 +162,7 @@ def _assert_grad_close(actual, expected, tol, what):
 def test_matches_float64_reference(name, backend, parity_results):
     case = CASES[name]
     outputs, grads = _case_results(parity_results, name, backend)
-    ref_outputs, ref_grads = _reference(name)
+    ref_outputs, ref_grads = _case_results(parity_results, name, "reference")
     assert len(outputs) == len(ref_outputs)
     for i, (out, ref) in enumerate(zip(outputs, ref_outputs)):
         assert np.all(np.isfinite(out)), f"output {i} is not finite"
@@ -149,7 +175,7 @@ def test_matches_float64_reference(name, backend, parity_results):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_backends_agree(name, parity_results):
     case = CASES[name]
-    available = [b for b in BACKENDS if b in parity_results]
+    available = [b for b in BACKENDS if b in parity_results]  # not "reference"
     if len(available) < 2:
         pytest.skip("needs two installed backends")
     results = {b: _case_results(parity_results, name, b) for b in available}
