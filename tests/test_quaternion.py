@@ -19,11 +19,6 @@ def unit(shape, rng=RNG):
     return q / np.linalg.norm(q, axis=-1, keepdims=True)
 
 
-def close_up_to_sign(actual, expected, atol):
-    error = np.minimum(np.abs(actual - expected).max(-1), np.abs(actual + expected).max(-1))
-    assert error.max() < atol, error.max()
-
-
 def test_products_rotations_and_matrices_match_the_reference():
     q, r, v = unit((5, 3)), unit((5, 3)), RNG.normal(size=(5, 3, 3))
     f, r32, v32 = q.astype("float32"), r.astype("float32"), v.astype("float32")
@@ -63,7 +58,7 @@ def test_weighted_mean_matches_the_reference_and_rotates_with_its_inputs():
     turned = to_numpy(
         quaternion.weighted_mean(ref.multiply(r, q).astype("float32"), w.astype("float32"))
     )
-    close_up_to_sign(turned, ref.multiply(r, mean), 1e-5)
+    assert ref.error_up_to_sign(turned, ref.multiply(r, mean)) < 1e-5
 
 
 @pytest.mark.parametrize("weights", ([[1.0]], [[0.0, 0.0, 0.0]], [[1.0, 1.0, 0.0]]))

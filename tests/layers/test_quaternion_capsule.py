@@ -23,11 +23,6 @@ def surface(n, rng):
     return (p * [1.5, 1.0, 0.6]).astype("float32")
 
 
-def close_up_to_sign(actual, expected, atol):
-    error = np.minimum(np.abs(actual - expected).max(-1), np.abs(actual + expected).max(-1))
-    assert error.max() < atol, error.max()
-
-
 class TestQuaternionCapsule(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(
@@ -74,7 +69,7 @@ def test_rotating_the_inputs_rotates_the_poses_and_keeps_the_activations():
             ACTIVATIONS,
         ]
         turned_poses, turned_activations = layer(turned)
-        close_up_to_sign(to_numpy(turned_poses), ref.multiply(r, poses), 1e-4)
+        assert ref.error_up_to_sign(to_numpy(turned_poses), ref.multiply(r, poses)) < 1e-4
         np.testing.assert_allclose(to_numpy(turned_activations), activations, atol=1e-5)
 
 
@@ -84,7 +79,7 @@ def test_frames_turn_with_the_cloud():
     np.testing.assert_allclose(np.linalg.norm(frames, axis=-1), 1.0, atol=1e-6)
     r = unit_clusters(np.random.default_rng(3), (), 1)[0]
     turned = to_numpy(LocalReferenceFrames(10)(ref.rotate(r, points).astype("float32")))
-    close_up_to_sign(turned, ref.multiply(r, frames), 1e-4)
+    assert ref.error_up_to_sign(turned, ref.multiply(r, frames)) < 1e-4
 
 
 def test_errors_are_named():

@@ -157,3 +157,12 @@ def from_rotation_matrix(m):
         for j in range(4):
             k[..., i, j] = rows[i][j] / 3
     return positive_real(np.linalg.eigh(k)[1][..., :, -1])
+
+
+def error_up_to_sign(actual, expected):
+    """The largest difference between quaternions, each compared with the
+    expected one or its negative (one rotation), whichever is nearer."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    return float(
+        np.minimum(np.abs(actual - expected).max(-1), np.abs(actual + expected).max(-1)).max()
+    )
