@@ -19,12 +19,25 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_ROOT, ".pytest_cache", "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
+# Under pytest-xdist each test process gets its share of the cores for
+# OpenMP (torch's pool): torch sizes it to every core, so two processes on two
+# cores ran four busy pools and tiny ops spent their time waiting on each
+# other (torch, the layer, routing and model tests with two processes: 99 s,
+# 39 s with one thread each; TensorFlow and JAX, whose pools are not OpenMP,
+# did not change with theirs limited). Settings in the environment win.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _workers > 1:
+    _threads = str(max(1, (os.cpu_count() or 1) // _workers))
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, _threads)
+
 # The tests' shapes are tiny, so XLA's time goes into compiling, not running:
 # without LLVM's optimisation passes (the HLO passes, and so the numerics,
 # stay) a JAX run of the SegCaps and matrix-capsule tests took 106 s instead
 # of 181 s. The flags reach XLA on TF and JAX and the examples the tests run
 # in subprocesses; XLA_FLAGS that already name them win.
 FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+
 _xla_flags = os.environ.get("XLA_FLAGS", "")
 for _flag in FAST_COMPILE_FLAGS.split():
     if _flag.split("=")[0] not in _xla_flags:
