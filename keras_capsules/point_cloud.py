@@ -4,12 +4,8 @@ float32 when the points are float16 or bfloat16."""
 
 from keras import ops
 
-from keras_capsules.ops import compute_dtype_for
-
-
-def _upcast(x):
-    x = ops.convert_to_tensor(x)
-    return ops.cast(x, compute_dtype_for(x.dtype))
+from keras_capsules.ops import _upcast
+from keras_capsules.quaternion import _cross
 
 
 def nearest_neighbors(queries, points, k):
@@ -36,7 +32,7 @@ def nearest_neighbors(queries, points, k):
             [1, 0],
             [2, 1]]], dtype=int32)
     """
-    queries, points = _upcast(queries), _upcast(points)
+    (queries, _), (points, _) = _upcast(queries), _upcast(points)
     distances = (
         ops.sum(queries * queries, axis=-1)[:, :, None]
         - 2.0 * ops.einsum("bmd,bnd->bmn", queries, points)
@@ -121,7 +117,7 @@ def local_reference_frames(points, num_neighbors):
     Networks for 3D Point Clouds", ECCV 2020 (local frames as input
     rotations).
     """
-    points = ops.stop_gradient(_upcast(points))
+    points = ops.stop_gradient(_upcast(points)[0])
     neighbors = gather(points, nearest_neighbors(points, points, num_neighbors))
     offsets = neighbors - points[:, :, None, :]
     covariance = ops.einsum("bnki,bnkj->bnij", offsets, offsets) / num_neighbors
@@ -129,7 +125,4 @@ def local_reference_frames(points, num_neighbors):
     e_min, e_max = vectors[..., :, 0], vectors[..., :, 2]
     x = e_max * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_max))[..., None]
     z = e_min * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_min))[..., None]
-    z0, z1, z2 = ops.unstack(z, 3, axis=-1)
-    x0, x1, x2 = ops.unstack(x, 3, axis=-1)
-    y = ops.stack([z1 * x2 - z2 * x1, z2 * x0 - z0 * x2, z0 * x1 - z1 * x0], axis=-1)
-    return ops.stop_gradient(ops.stack([x, y, z], axis=-1))
+    return ops.stop_gradient(ops.stack([x, _cross(z, x), z], axis=-1))

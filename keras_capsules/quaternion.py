@@ -13,7 +13,7 @@ import math
 
 from keras import ops
 
-from keras_capsules.ops import compute_dtype_for
+from keras_capsules.ops import _upcast
 
 # Eigenvalue gaps below this fraction of the largest eigenvalue count as
 # ties in `weighted_mean`'s gradient.
@@ -21,12 +21,6 @@ _TIE = 1e-6
 # `angular_distance` clips |<q, r>| below 1: the arccosine's slope is
 # infinite at 1 (Zhao et al. clip at the same value).
 _MAX_COSINE = 0.9999
-
-
-def _upcast(*tensors):
-    tensors = [ops.convert_to_tensor(t) for t in tensors]
-    dtype = compute_dtype_for(tensors[0].dtype)
-    return [ops.cast(t, dtype) for t in tensors]
 
 
 def multiply(q, r):
@@ -206,8 +200,8 @@ def weighted_mean(q, weights):
     Reference: Markley, Cheng, Crassidis & Oshman, "Averaging Quaternions",
     Journal of Guidance, Control, and Dynamics 30(4), 2007.
     """
-    original = ops.convert_to_tensor(q).dtype
-    q, weights = _upcast(q, weights)
+    q, original = _upcast(q)
+    weights = ops.cast(weights, q.dtype)
     scatter = ops.einsum("...n,...ni,...nj->...ij", weights, q, q)
     fixed = ops.stop_gradient(scatter)
     values, vectors = ops.eigh(fixed)  # ascending eigenvalues: the last column
@@ -251,7 +245,7 @@ def angular_distance(q, r):
     "Quaternion Equivariant Capsule Networks for 3D Point Clouds", ECCV
     2020 (the distance of their routing).
     """
-    original = ops.convert_to_tensor(q).dtype
-    q, r = _upcast(q, r)
+    q, original = _upcast(q)
+    r = ops.cast(r, q.dtype)
     cosine = ops.minimum(ops.abs(ops.sum(q * r, axis=-1)), _MAX_COSINE)
     return ops.cast(2.0 * ops.arccos(cosine) / math.pi, original)

@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_capsules import quaternion
 from keras_capsules.layers.base_routed_capsule import RoutedCapsule
-from keras_capsules.ops import compute_dtype_for
+from keras_capsules.ops import compute_dtype_for, safe_norm
 from keras_capsules.routing.quaternion import QuaternionRouting
 
 
@@ -152,7 +152,7 @@ class QuaternionCapsule(RoutedCapsule):
         transforms = ops.reshape(
             transforms, (-1, patches, neighbors, in_caps, self.num_capsules, 4)
         )
-        transforms = transforms / ops.sqrt(ops.sum(transforms**2, axis=-1, keepdims=True) + 1e-12)
+        transforms = transforms / safe_norm(transforms, keepdims=True, epsilon=1e-12)
         votes = quaternion.multiply(poses[:, :, :, :, None], transforms)
         children = neighbors * in_caps
         outputs = self.route(
