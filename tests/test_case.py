@@ -358,7 +358,7 @@ class ModelTestCase:
            finite values; `predict(x)`: finite, of `expected_output_shape`.
         2. A `.keras` round trip with `safe_mode=True`: the same class,
            `get_config()` (a `backbone`'s left out: its config is Keras's
-           own), weights and predictions (`rtol=1e-5, atol=1e-6`), the same
+           own), every layer built, weights and predictions (`rtol=1e-5, atol=1e-6`), the same
            `same_outputs`; the loaded model comes back compiled (Keras
            skips models that override `compile` unless they implement
            `compile_from_config`) with the optimizer's state, and fits one
@@ -434,6 +434,11 @@ class ModelTestCase:
         assert len(loaded.weights) == len(model.weights)
         for a, b in zip(loaded.weights, model.weights):
             np.testing.assert_array_equal(to_numpy(a), to_numpy(b), err_msg=b.path)
+        # Built as loaded: Keras's JAX `predict` first runs a model with an
+        # unbuilt layer eagerly, op by op (a loaded SegCaps: 19 s).
+        assert all(layer.built for layer in leaf_layers(loaded)), [
+            layer.name for layer in leaf_layers(loaded) if not layer.built
+        ]
         loaded_predictions = loaded.predict(x, batch_size=batch_size, verbose=0)
         np.testing.assert_allclose(loaded_predictions, predictions, rtol=1e-5, atol=1e-6)
         for a, e in zip(as_list(same_outputs(loaded)) if same_outputs else [], expected):

@@ -137,6 +137,10 @@ class SegCaps(CapsuleSegmenter):
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
         self.encoder = self._build_encoder()
         self.scores = Length(name="scores", dtype=self.dtype_policy)
+        # Built now, like every other layer: on JAX, `predict` runs a model
+        # with an unbuilt layer once eagerly, op by op (a loaded SegCaps'
+        # first `predict`: 449 small XLA compiles, 19 s on 2 CPU cores).
+        self.scores.build(self.encoder.output.shape)
         self.decoder = self._build_decoder() if self.reconstruction_weight > 0 else None
         self.build((None, *self.image_shape))
 
