@@ -50,11 +50,10 @@ case $backend in
   *) echo "WHEEL_CHECK_BACKEND must be tensorflow, torch or jax, not $backend"; exit 1 ;;
 esac
 # The venv gets no pip of its own: the active pip installs into it
-# (`--python`), which saves ensurepip's time; the smoke test compiles only
-# the modules it imports (--no-compile).
+# (`--python`), which saves ensurepip's time.
 step "fresh venv" python -m venv --without-pip "$work/venv"
 step "pip install ${requirements[*]##*/}" \
-  python -m pip --python "$work/venv/bin/python" install -q --no-compile "${requirements[@]}"
+  python -m pip --python "$work/venv/bin/python" install -q "${requirements[@]}"
 
 # Run from $work, which holds no keras_capsules: only the installed one imports.
 cp .ci/wheel_smoke.py "$work/"
