@@ -24,7 +24,8 @@ mixed_float16 policy given as `dtype=` and as the global policy, in every
 layer and router and through a `.keras` file. Export (SavedModel, ONNX,
 LiteRT) of every ready model is tested in tests/test_export.py.
 Helpers for it: `round_trip` (a `.keras` file, loaded with
-`safe_mode=True`) and `leaf_layers`.
+`safe_mode=True`), `leaf_layers` and `forward` (a model's call, jitted on
+JAX).
 """
 
 import dataclasses
@@ -475,27 +476,27 @@ class ModelTestCase:
                 (layer.name, layer.dtype_policy.name) for layer in leaf_layers(m)
             ]
             assert all(w.dtype == "float32" for w in m.weights)
-            outputs.append(_forward(m, images))
+            outputs.append(forward(m, images))
             assert keras.backend.standardize_dtype(outputs[-1].dtype) == "float16"
             assert np.all(np.isfinite(to_numpy(keras.ops.cast(outputs[-1], "float32")))), given_as
         assert _config_without_backbone(loaded) == _config_without_backbone(model)
         np.testing.assert_allclose(to_numpy(outputs[1]), to_numpy(outputs[0]), rtol=1e-3, atol=1e-3)
 
 
-def _forward(model, images):
-    """`model(images)`; on JAX one jitted call, where an eager call compiles
-    every op (SegCaps: ~20 s of per-op compiles on 2 CPU cores)."""
+def forward(model, inputs, **kwargs):
+    """`model(inputs, **kwargs)`; on JAX one jitted call, where an eager call
+    compiles every op (SegCaps: ~20 s of per-op compiles on 2 CPU cores)."""
     if BACKEND != "jax":
-        return model(images)
+        return model(inputs, **kwargs)
     import jax
 
-    def call(trainable, non_trainable, images):
-        return model.stateless_call(trainable, non_trainable, images)[0]
+    def call(trainable, non_trainable, inputs):
+        return model.stateless_call(trainable, non_trainable, inputs, **kwargs)[0]
 
     return jax.jit(call)(
         [v.value for v in model.trainable_variables],
         [v.value for v in model.non_trainable_variables],
-        images,
+        inputs,
     )
 
 

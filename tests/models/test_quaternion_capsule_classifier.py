@@ -10,7 +10,7 @@ from keras_capsules.models import QuaternionCapsuleClassifier
 from tests.models.test_point_capsnet import shapes
 from tests.parity.cases_quaternion import unit_clusters
 from tests.reference import quaternion as ref
-from tests.test_case import round_trip, to_numpy
+from tests.test_case import forward, round_trip, to_numpy
 
 SMALL = dict(capsules=4, num_patches=16, patch_size=8, frame_neighbors=8)
 
@@ -29,12 +29,12 @@ def ellipsoids(count, points, rng):
 def test_rotating_the_cloud_rotates_the_poses_and_keeps_the_scores():
     classifier = model()
     clouds = ellipsoids(2, 64, np.random.default_rng(0))
-    scores, poses = (to_numpy(t) for t in classifier(clouds, return_poses=True))
+    scores, poses = (to_numpy(t) for t in forward(classifier, clouds, return_poses=True))
     assert poses.shape == (2, 3, 4)
     for seed in range(3):
         r = unit_clusters(np.random.default_rng(seed), (), 1)[0]
         turned = ref.rotate(r, clouds).astype("float32") + 0.5  # moved too
-        turned_scores, turned_poses = classifier(turned, return_poses=True)
+        turned_scores, turned_poses = forward(classifier, turned, return_poses=True)
         np.testing.assert_allclose(to_numpy(turned_scores), scores, atol=1e-5)
         assert ref.error_up_to_sign(to_numpy(turned_poses), ref.multiply(r, poses)) < 1e-4
 
@@ -56,7 +56,9 @@ def test_saves_and_loads():
     clouds, labels = shapes(8, points=32)
     classifier.fit(clouds, labels, batch_size=8, epochs=1, verbose=0)
     loaded = round_trip(classifier)
-    np.testing.assert_allclose(to_numpy(loaded(clouds)), to_numpy(classifier(clouds)), rtol=1e-5)
+    np.testing.assert_allclose(
+        to_numpy(forward(loaded, clouds)), to_numpy(forward(classifier, clouds)), rtol=1e-5
+    )
     assert loaded.get_config()["capsules"] == 4
 
 
