@@ -31,9 +31,9 @@ Writes metrics.json to --output-dir (default runs/multilabel_shapes/<backend>).
 """
 
 import argparse
-import json
 import os
 
+import atomic
 import keras
 import numpy as np
 
@@ -137,8 +137,7 @@ def main(argv=None):
             flush=True,
         )
     os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    atomic.write_json(os.path.join(output_dir, "metrics.json"), results)
     return results
 
 

@@ -12,7 +12,6 @@ first `--test-images` test images. Prints a table and writes
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -22,6 +21,7 @@ import keras
 import keras_capsules as kc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import atomic  # noqa: E402
 import data  # noqa: E402
 from common import use_xla_cpu_convolutions  # noqa: E402
 
@@ -113,20 +113,15 @@ def main(argv=None):
             f"| {r['epoch_loss']:.3f} | {r['train_seconds']:.0f} |"
         )
     os.makedirs(args.output_dir, exist_ok=True)
-    with open(os.path.join(args.output_dir, "readme_usage.json"), "w") as f:
-        json.dump(
-            {
-                "backend": backend,
-                "keras": keras.__version__,
-                "results": results,
-                **{
-                    k: getattr(args, k)
-                    for k in ("train_images", "test_images", "batch_size", "seed")
-                },
-            },
-            f,
-            indent=2,
-        )
+    atomic.write_json(
+        os.path.join(args.output_dir, "readme_usage.json"),
+        {
+            "backend": backend,
+            "keras": keras.__version__,
+            "results": results,
+            **{k: getattr(args, k) for k in ("train_images", "test_images", "batch_size", "seed")},
+        },
+    )
     return results
 
 

@@ -27,10 +27,10 @@ model) to --output-dir (default runs/vit_capsules/<backend>).
 """
 
 import argparse
-import json
 import os
 import time
 
+import atomic
 import data
 import keras
 import numpy as np
@@ -174,8 +174,7 @@ def main(argv=None):
             flush=True,
         )
     os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    atomic.write_json(os.path.join(output_dir, "metrics.json"), results)
     return results
 
 

@@ -29,11 +29,11 @@ model) to --output-dir (default runs/volume_capsules/<backend>).
 """
 
 import argparse
-import json
 import os
 import pathlib
 import time
 
+import atomic
 import keras
 import numpy as np
 
@@ -194,8 +194,7 @@ def main(argv=None):
             flush=True,
         )
     os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    atomic.write_json(os.path.join(output_dir, "metrics.json"), results)
     return results
 
 

@@ -1,6 +1,8 @@
 """The examples' outputs are replaced whole: a failed or killed save leaves
 the previous file (examples/atomic.py)."""
 
+import ast
+import glob
 import json
 import os
 import signal
@@ -30,6 +32,37 @@ def test_a_failed_write_keeps_the_old_file_and_removes_its_temporary(tmp_path):
     atomic.write_json(path, {"accuracy": 0.75})
     assert json.loads(path.read_text()) == {"accuracy": 0.75}
     assert sorted(os.listdir(tmp_path)) == ["metrics.json"]
+
+
+def _writes_outside_atomic(path):
+    """The lines of `path` that open a file for writing under a name other
+    than a `temporary` from `atomic.replacing`, or `json.dump` directly."""
+    found = []
+    for node in ast.walk(ast.parse(open(path).read())):
+        if not isinstance(node, ast.Call):
+            continue
+        function = ast.unparse(node.func)
+        if function == "json.dump":
+            found.append(node.lineno)
+        elif function == "open" and len(node.args) > 1:
+            mode = node.args[1]
+            writes = not isinstance(mode, ast.Constant) or set(str(mode.value)) & set("wax")
+            target = node.args[0]
+            if writes and not (isinstance(target, ast.Name) and target.id == "temporary"):
+                found.append(node.lineno)
+    return found
+
+
+@same_on_every_backend
+def test_every_example_writes_its_files_through_atomic():
+    scripts = sorted(glob.glob(os.path.join(EXAMPLES, "*.py")))
+    assert len(scripts) > 20
+    offenders = {
+        os.path.basename(path): lines
+        for path in scripts
+        if os.path.basename(path) != "atomic.py" and (lines := _writes_outside_atomic(path))
+    }
+    assert not offenders, f"write these through examples/atomic.py: {offenders}"
 
 
 # Saves a 20 M-parameter model (80 MB) once, says so, then saves it again
