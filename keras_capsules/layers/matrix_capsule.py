@@ -185,7 +185,7 @@ class PrimaryMatrixCapsule(PrimaryConvolution):
         )
 
     def build(self, input_shape):
-        self._check_images(input_shape)
+        self._check_inputs(input_shape)
         pose_filters = self.num_capsules * POSE_SIZE
         defaults = _primary_matrix_initializers()
         for name, filters in (("pose", pose_filters), ("activation", self.num_capsules)):

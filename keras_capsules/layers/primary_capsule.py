@@ -1,6 +1,7 @@
 """Primary capsules: one convolution, regrouped into capsules."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_capsules.initializers import primary_bias_initializer, primary_kernel_initializer
@@ -115,7 +116,7 @@ class PrimaryCapsule(PrimaryConvolution):
         self.squash = bool(squash)
 
     def build(self, input_shape):
-        self._check_images(input_shape)
+        self._check_inputs(input_shape)
         filters = self.num_capsules * self.capsule_dim
         dim = self.capsule_dim
         self.kernel = self.add_weight(
@@ -140,8 +141,8 @@ class PrimaryCapsule(PrimaryConvolution):
         return squash(capsules) if self.squash else capsules
 
     def compute_output_shape(self, input_shape):
-        h, w = self._output_grid(input_shape)
-        n = None if h is None or w is None else h * w * self.num_capsules
+        grid = tuple(self._output_grid(input_shape))
+        n = None if None in grid else int(np.prod(grid)) * self.num_capsules
         return (input_shape[0], n, self.capsule_dim)
 
     def get_config(self):

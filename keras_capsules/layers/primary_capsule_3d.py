@@ -3,15 +3,13 @@
 import keras
 from keras import ops
 
-from keras_capsules.conv import conv3d, resolve_implementation_3d
-from keras_capsules.initializers import primary_bias_initializer, primary_kernel_initializer
+from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.ops import squash
-from keras_capsules.validation import boolean, check_kernel_fits, int_tuple, one_of, positive_int
-from keras_capsules.xla_hint import XlaHinted
+from keras_capsules.validation import boolean
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class PrimaryCapsule3D(XlaHinted, keras.layers.Layer):
+class PrimaryCapsule3D(PrimaryCapsule):
     """Convolutional primary capsules of volumes `(batch, D, H, W, channels)`.
 
     `PrimaryCapsule` in three dimensions: one 3-D convolution with
@@ -76,6 +74,8 @@ class PrimaryCapsule3D(XlaHinted, keras.layers.Layer):
     networks of medical imaging (e.g. Afshar et al., "3D-MCN", 2020).
     """
 
+    rank = 3  # the base's convolution is `conv.conv3d`
+
     def __init__(
         self,
         num_capsules,
@@ -94,90 +94,38 @@ class PrimaryCapsule3D(XlaHinted, keras.layers.Layer):
         bias_constraint=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.num_capsules = positive_int(num_capsules, "num_capsules")
-        self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.kernel_size = int_tuple(kernel_size, 3, "kernel_size")
-        self.strides = int_tuple(strides, 3, "strides")
-        self.padding = one_of(padding, ("valid", "same"), "padding")
+        super().__init__(
+            num_capsules,
+            capsule_dim,
+            kernel_size,
+            strides=strides,
+            padding=padding,
+            squash=boolean(squash, "squash"),
+            implementation=implementation,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
+            **kwargs,
+        )
         self.grid = boolean(grid, "grid")
-        self.squash = boolean(squash, "squash")
-        self.implementation = one_of(implementation, ("auto", "conv", "matmul"), "implementation")
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
-        self.input_spec = keras.layers.InputSpec(ndim=5)
-
-    def _output_grid(self, input_shape):
-        return check_kernel_fits(
-            self.__class__.__name__,
-            "input",
-            input_shape[1:4],
-            self.kernel_size,
-            self.strides,
-            self.padding,
-        )
-
-    def build(self, input_shape):
-        if input_shape[-1] is None:
-            raise ValueError(
-                f"{self.__class__.__name__} expects volumes of shape (batch, depth, "
-                "height, width, channels) with known channels. "
-                f"Received: input_shape={tuple(input_shape)}"
-            )
-        self._output_grid(input_shape)
-        filters = self.num_capsules * self.capsule_dim
-        dim = self.capsule_dim
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=(*self.kernel_size, input_shape[-1], filters),
-            initializer=self.kernel_initializer or primary_kernel_initializer(dim),
-            regularizer=self.kernel_regularizer,
-            constraint=self.kernel_constraint,
-        )
-        self.bias = self.add_weight(
-            name="bias",
-            shape=(filters,),
-            initializer=self.bias_initializer or primary_bias_initializer(dim),
-            regularizer=self.bias_regularizer,
-            constraint=self.bias_constraint,
-        )
 
     def call(self, inputs):
-        implementation = resolve_implementation_3d(self.implementation, xla=self.xla)
-        y = conv3d(inputs, self.kernel, self.strides, self.padding, implementation) + self.bias
-        if self.grid:
-            shape = ops.shape(y)
-            capsules = ops.reshape(y, (*shape[:4], self.num_capsules, self.capsule_dim))
-        else:
-            capsules = ops.reshape(y, (ops.shape(y)[0], -1, self.capsule_dim))
+        if not self.grid:
+            return super().call(inputs)
+        y = self._conv(inputs, self.kernel, self.bias)
+        capsules = ops.reshape(y, (*ops.shape(y)[:4], self.num_capsules, self.capsule_dim))
         return squash(capsules) if self.squash else capsules
 
     def compute_output_shape(self, input_shape):
+        if not self.grid:
+            return super().compute_output_shape(input_shape)
         grid = tuple(self._output_grid(input_shape))
-        if self.grid:
-            return (input_shape[0], *grid, self.num_capsules, self.capsule_dim)
-        n = None if None in grid else grid[0] * grid[1] * grid[2] * self.num_capsules
-        return (input_shape[0], n, self.capsule_dim)
+        return (input_shape[0], *grid, self.num_capsules, self.capsule_dim)
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            num_capsules=self.num_capsules,
-            capsule_dim=self.capsule_dim,
-            kernel_size=self.kernel_size,
-            strides=self.strides,
-            padding=self.padding,
-            grid=self.grid,
-            squash=self.squash,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
-            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
-            bias_regularizer=keras.regularizers.serialize(self.bias_regularizer),
-            kernel_constraint=keras.constraints.serialize(self.kernel_constraint),
-            bias_constraint=keras.constraints.serialize(self.bias_constraint),
-        )
+        config.update(grid=self.grid)
         return config

@@ -1,17 +1,33 @@
 """`PrimaryConvolution`: the base of the primary capsule layers, which
-turn images into capsules with one 2-D convolution."""
+turn images (or volumes) into capsules with one convolution."""
 
 import keras
 
-from keras_capsules.conv import IMPLEMENTATIONS, conv2d, resolve_implementation
+from keras_capsules.conv import (
+    IMPLEMENTATIONS,
+    conv2d,
+    conv3d,
+    resolve_implementation,
+    resolve_implementation_3d,
+)
 from keras_capsules.validation import check_kernel_fits, int_tuple, one_of, positive_int
 from keras_capsules.xla_hint import XlaHinted
+
+# What each rank convolves, for the error messages, and the implementations
+# its convolution has (`conv.resolve_implementation`, `resolve_implementation_3d`).
+_INPUTS = {
+    2: "images of shape (batch, height, width, channels)",
+    3: "volumes of shape (batch, depth, height, width, channels)",
+}
+_IMPLEMENTATIONS = {2: IMPLEMENTATIONS, 3: ("auto", "conv", "matmul")}
 
 
 class PrimaryConvolution(XlaHinted, keras.layers.Layer):
     """Base of the primary capsule layers: the arguments, checks and call
-    of their one 2-D convolution of `(batch, height, width, channels)`
-    images (see `PrimaryCapsule` and `PrimaryMatrixCapsule`).
+    of their one convolution of `(batch, height, width, channels)` images
+    (`rank = 2`: `PrimaryCapsule`, `PrimaryMatrixCapsule`) or `(batch,
+    depth, height, width, channels)` volumes (`rank = 3`:
+    `PrimaryCapsule3D`).
 
     Attributes:
         xla: whether XLA compiles the layer, the hint that
@@ -21,6 +37,8 @@ class PrimaryConvolution(XlaHinted, keras.layers.Layer):
             not saved in the config (nor is `implementation`: it changes
             speed only).
     """
+
+    rank = 2  # spatial dimensions of the inputs; a subclass of volumes sets 3
 
     def __init__(
         self,
@@ -39,8 +57,8 @@ class PrimaryConvolution(XlaHinted, keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
-        self.kernel_size = int_tuple(kernel_size, 2, "kernel_size")
-        self.strides = int_tuple(strides, 2, "strides")
+        self.kernel_size = int_tuple(kernel_size, self.rank, "kernel_size")
+        self.strides = int_tuple(strides, self.rank, "strides")
         self.padding = one_of(padding, ("valid", "same"), "padding")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -48,16 +66,15 @@ class PrimaryConvolution(XlaHinted, keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
         self.bias_constraint = keras.constraints.get(bias_constraint)
-        self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
-        self.input_spec = keras.layers.InputSpec(ndim=4)
+        self.implementation = one_of(implementation, _IMPLEMENTATIONS[self.rank], "implementation")
+        self.input_spec = keras.layers.InputSpec(ndim=self.rank + 2)
 
-    def _check_images(self, input_shape):
+    def _check_inputs(self, input_shape):
         # The rank is the input spec's (checked when the layer is called).
         if input_shape[-1] is None:
             raise ValueError(
-                f"{self.__class__.__name__} expects images of shape (batch, height, "
-                f"width, channels) with known channels. "
-                f"Received: input_shape={tuple(input_shape)}"
+                f"{self.__class__.__name__} expects {_INPUTS[self.rank]} with known "
+                f"channels. Received: input_shape={tuple(input_shape)}"
             )
         self._output_grid(input_shape)
 
@@ -65,13 +82,16 @@ class PrimaryConvolution(XlaHinted, keras.layers.Layer):
         return check_kernel_fits(
             self.__class__.__name__,
             "input",
-            input_shape[1:3],
+            input_shape[1 : 1 + self.rank],
             self.kernel_size,
             self.strides,
             self.padding,
         )
 
     def _conv(self, inputs, kernel, bias):
+        if self.rank == 3:
+            implementation = resolve_implementation_3d(self.implementation, xla=self.xla)
+            return conv3d(inputs, kernel, self.strides, self.padding, implementation) + bias
         implementation = resolve_implementation(
             self.implementation, self.strides, inputs, xla=self.xla
         )
