@@ -16,7 +16,6 @@ after warm-up, the implementations interleaved. This is what
 """
 
 import json
-import os
 
 import harness
 
@@ -63,14 +62,8 @@ def main():
             f"{shape}: batch {args.batch}, {size}^3 x {conv[2]}, conv (kernel, stride, in, "
             f"out) {conv}; fwd+bwd ms median (min) of {args.repeats}"
         )
-        for backend in args.backends.split(","):
-            config = dict(backend=backend, batch=args.batch, repeats=args.repeats, shape=shape)
-            results, error = harness.measure(os.path.abspath(__file__), config)
-            if results is None:
-                print(f"{backend} failed: {error}")
-                continue
-            for key, r in results.items():
-                print(f"  {backend:<12}{key:<14}{r['median_ms']:>10.1f} ({r['min_ms']:.1f})")
+        config = dict(batch=args.batch, repeats=args.repeats, shape=shape)
+        harness.print_timings(__file__, config, args.backends)
 
 
 if __name__ == "__main__":

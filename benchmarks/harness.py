@@ -396,6 +396,19 @@ def machine():
     return f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()})"
 
 
+def print_timings(script, config, backends):
+    """Runs `script`'s one-shot worker once per backend in the comma-separated
+    `backends` with `config` (and `backend`), and prints each timing it
+    replies, `  backend  name  median (min)` in ms, or why it failed."""
+    for backend in backends.split(","):
+        results, error = measure(os.path.abspath(script), dict(config, backend=backend))
+        if results is None:
+            print(f"{backend} failed: {error}")
+            continue
+        for name, r in results.items():
+            print(f"  {backend:<12}{name:<14}{r['median_ms']:>10.1f} ({r['min_ms']:.1f})")
+
+
 def write_json(path, data):
     """Writes a run's `data` (arguments, rows) to the `--json` file `path`."""
     with open(path, "w") as f:
