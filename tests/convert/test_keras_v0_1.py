@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from keras_capsules.convert import keras_v0_1
-from tests.test_case import as_list
+from tests.test_case import as_list, forward
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "v0_1_0"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["fixtures"]
@@ -22,10 +22,11 @@ def _outputs(model, entry, data):
     inputs = [data[name] for name in sorted(entry["inputs"])]
     x = inputs if len(inputs) > 1 else inputs[0]
     outputs = {}
-    flat = keras.tree.flatten(model(x, training=False))
+    # One jitted call on JAX each (forward): eager calls compile every op.
+    flat = keras.tree.flatten(forward(model, x, training=False))
     outputs.update({f"output_{i}": y for i, y in enumerate(flat)})
     if "poses" in data:
-        outputs["poses"] = model(x, training=False, return_poses=True)[1]
+        outputs["poses"] = forward(model, x, training=False, return_poses=True)[1]
     if "reconstruction" in data:
         outputs["reconstruction"] = model.reconstruct(x)
     return {k: keras.ops.convert_to_numpy(v) for k, v in outputs.items()}
