@@ -1,7 +1,8 @@
 """Primary capsules: one convolution, regrouped into capsules."""
 
+import math
+
 import keras
-import numpy as np
 from keras import ops
 
 from keras_capsules.initializers import primary_bias_initializer, primary_kernel_initializer
@@ -142,7 +143,7 @@ class PrimaryCapsule(PrimaryConvolution):
 
     def compute_output_shape(self, input_shape):
         grid = tuple(self._output_grid(input_shape))
-        n = None if None in grid else int(np.prod(grid)) * self.num_capsules
+        n = None if None in grid else math.prod(grid) * self.num_capsules
         return (input_shape[0], n, self.capsule_dim)
 
     def get_config(self):

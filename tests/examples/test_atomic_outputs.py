@@ -38,7 +38,9 @@ def _writes_outside_atomic(path):
     """The lines of `path` that open a file for writing under a name other
     than a `temporary` from `atomic.replacing`, or `json.dump` directly."""
     found = []
-    for node in ast.walk(ast.parse(open(path).read())):
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         function = ast.unparse(node.func)
