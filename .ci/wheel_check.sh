@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Packaging check: builds the sdist and, from it, the wheel (`python -m build`)
-# into a temporary directory, `twine check`s both, installs the wheel (not the
-# checkout) with one backend into a fresh virtual environment outside the
-# checkout, and runs .ci/wheel_smoke.py with it from outside the checkout.
+# into a temporary directory, `twine check`s both, checks that both carry the
+# checkout's LICENSE, installs the wheel (not the checkout) with one backend
+# into a fresh virtual environment outside the checkout, and runs
+# .ci/wheel_smoke.py with it from outside the checkout.
 #
 #   bash .ci/wheel_check.sh   # needs `build` and `twine` (the `release` extra)
 #                             # and pip >= 22.3 in the active Python
@@ -37,6 +38,28 @@ step "python -m build (sdist, then the wheel from it)" python -m build --outdir 
 step "twine check --strict (sdist and wheel)" python -m twine check --strict "$work"/dist/*
 wheel=$(ls "$work"/dist/*.whl)
 echo "built $(cd "$work/dist" && ls)"
+
+# The license (pyproject.toml's license-files): the checkout's LICENSE, byte
+# for byte, at the sdist's root and in the wheel's .dist-info/licenses/.
+check_license() {
+  python - "$work"/dist/*.tar.gz "$wheel" <<'PY'
+import sys, tarfile, zipfile
+expected = open("LICENSE", "rb").read()
+sdist, wheel = sys.argv[1:3]
+with tarfile.open(sdist) as tar:
+    names = [n for n in tar.getnames() if n.count("/") == 1 and n.endswith("/LICENSE")]
+    found = {"sdist " + n: tar.extractfile(n).read() for n in names}
+with zipfile.ZipFile(wheel) as whl:
+    names = [n for n in whl.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+    found.update({"wheel " + n: whl.read(n) for n in names})
+kinds = {name.split()[0] for name in found}
+assert kinds == {"sdist", "wheel"}, f"LICENSE missing from: {sorted({'sdist', 'wheel'} - kinds)}"
+for name, data in found.items():
+    assert data == expected, f"{name} differs from the checkout's LICENSE"
+print("\n".join(sorted(found)))
+PY
+}
+step "LICENSE in the sdist and the wheel" check_license
 
 # One backend, TensorFlow by default: the fastest install and smoke test
 # together here (JAX installs a few seconds faster but its XLA compilations
