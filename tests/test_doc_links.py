@@ -1,6 +1,7 @@
 """Relative links in the repository's Markdown files lead somewhere.
 
-For every Markdown file (README.md, CHANGELOG.md, docs/, benchmarks/, ...)
+For every Markdown file (README.md, CONTRIBUTING.md, CHANGELOG.md, docs/,
+benchmarks/, ...)
 each relative link `[text](path)`, `[text](path#anchor)` or `[text](#anchor)`
 outside fenced code blocks and code spans must name a file or folder that
 exists relative to the Markdown file, and an anchor into a Markdown file must
@@ -187,6 +188,7 @@ MARKDOWN_FILES = _markdown_files()
 
 def test_markdown_files_found():
     assert "README.md" in MARKDOWN_FILES
+    assert "CONTRIBUTING.md" in MARKDOWN_FILES
     assert any(p.startswith("docs" + os.sep) for p in MARKDOWN_FILES)
 
 
