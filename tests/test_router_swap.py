@@ -9,16 +9,21 @@ import keras_capsules as kc
 from tests.test_case import jit_compile_for_backend
 from tests.test_sabour_capsnet import sabour_capsnet
 
-# name -> router factory; a new router joins the test with one line.
+# Every registered router (`routing.names()`: a new router joins the test by
+# registering), with the arguments that keep the test short or that the
+# tiny model needs, and extra variants by name.
+ARGUMENTS = {
+    "dynamic": {"iterations": 2},
+    "em": {"iterations": 2},
+    "heinsen": {"iterations": 2},
+    "sparse_attention": {"temperature": 4.0},
+}
 ROUTERS = {
-    "dynamic": lambda: kc.routing.DynamicRouting(iterations=2),
-    "self-attention": lambda: kc.routing.SelfAttentionRouting(),
-    "sparse-attention": lambda: kc.routing.SparseAttentionRouting(temperature=4.0),
-    "sparse-attention-top2": lambda: kc.routing.SparseAttentionRouting(top_k=2),
-    "inverted-dot-product": lambda: kc.routing.InvertedDotProductRouting(),
-    "self-routing": lambda: kc.routing.SelfRouting(),
-    "em": lambda: kc.routing.EMRouting(iterations=2),
-    "heinsen": lambda: kc.routing.HeinsenRouting(iterations=2),
+    **{
+        name: lambda n=name: kc.routing.get({"class_name": n, "config": ARGUMENTS.get(n, {})})
+        for name in kc.routing.names()
+    },
+    "sparse_attention-top2": lambda: kc.routing.SparseAttentionRouting(top_k=2),
 }
 
 

@@ -8,6 +8,8 @@ goes through `get`.
 
 import keras
 
+# Each router module registers its short name (`registry.register`) as it
+# is imported here: a new router is its module and one import below.
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.cross_attention import CrossAttentionRouting
 from keras_capsules.routing.dynamic import DynamicRouting
@@ -15,36 +17,10 @@ from keras_capsules.routing.em import EMRouting
 from keras_capsules.routing.heinsen import HeinsenRouting
 from keras_capsules.routing.inverted_dot_product import InvertedDotProductRouting
 from keras_capsules.routing.quaternion import QuaternionRouting
+from keras_capsules.routing.registry import names, router_class
 from keras_capsules.routing.self_attention import SelfAttentionRouting
 from keras_capsules.routing.self_routing import SelfRouting
 from keras_capsules.routing.sparse_attention import SparseAttentionRouting
-
-_ROUTERS = {
-    "cross_attention": CrossAttentionRouting,
-    "dynamic": DynamicRouting,
-    "em": EMRouting,
-    "heinsen": HeinsenRouting,
-    "self_attention": SelfAttentionRouting,
-    "sparse_attention": SparseAttentionRouting,
-    "inverted_dot_product": InvertedDotProductRouting,
-    "self_routing": SelfRouting,
-}
-# Short names and class names, as `keras.initializers.get` takes both.
-_BY_NAME = {**_ROUTERS, **{cls.__name__: cls for cls in _ROUTERS.values()}}
-
-
-def names():
-    """The router names `get` accepts, sorted.
-
-    Returns:
-        a tuple of names (`get` also takes the class names).
-
-    Example:
-
-    >>> keras_capsules.routing.names()[:3]
-    ('cross_attention', 'dynamic', 'em')
-    """
-    return tuple(sorted(_ROUTERS))
 
 
 def serialize(router):
@@ -91,7 +67,7 @@ def deserialize(config, custom_objects=None):
         and "registered_name" not in config
         and keras.saving.get_registered_object(class_name) is None
     ):
-        return _construct(_router_class(class_name), config.get("config") or {})
+        return _construct(router_class(class_name), config.get("config") or {})
     return keras.saving.deserialize_keras_object(config, custom_objects=custom_objects)
 
 
@@ -99,10 +75,8 @@ def get(identifier):
     """A `Router` from a name, a config dict, a `Router` class or instance.
 
     - `None` -> `None` (the caller's default router);
-    - a name (`"cross_attention"`, `"dynamic"`, `"em"`, `"heinsen"`, `"self_attention"`,
-      `"sparse_attention"`, `"inverted_dot_product"`, `"self_routing"`, or
-      the class name) -> a
-      new router with its default arguments;
+    - a name (one of `names()`, or the class name) -> a new router with
+      its default arguments;
     - a dict -> `deserialize(identifier)`;
     - a `Router` subclass -> a new instance; a `Router` -> itself.
 
@@ -125,7 +99,7 @@ def get(identifier):
     if identifier is None:
         return None
     if isinstance(identifier, str):
-        router = _router_class(identifier)()
+        router = router_class(identifier)()
     elif isinstance(identifier, dict):
         router = deserialize(identifier)
     elif isinstance(identifier, type) and issubclass(identifier, Router):
@@ -183,11 +157,3 @@ def _construct(cls, config):
         # Keras's automatic one serialises names, not policy objects.
         dtype = dtype.name
     return cls(**{**config, "dtype": dtype} if "dtype" in config else config)
-
-
-def _router_class(name):
-    if name not in _BY_NAME:
-        raise ValueError(
-            f"Unknown router name. Valid names: {', '.join(names())}. Received: router={name!r}"
-        )
-    return _BY_NAME[name]

@@ -35,7 +35,14 @@ class Router(keras.layers.Layer):
     `(poses, activations, coefficients)`. Routers with weights create them
     in `build(votes_shape, activations_shape=None)` and list in
     `weight_axes` the votes axes (1: in_caps, 2: out_caps, 3: dim) whose
-    sizes the weights fix.
+    sizes the weights fix. They declare what they can do as class
+    attributes, which the routed capsule layers check once, when they are
+    made: the pose kinds they route (`pose_kinds`), whether their
+    activations are logits (`logit_activations`), what their poses'
+    lengths are (`fixed_length_poses`, `pose_length`), whether they take
+    `share_weights` (`accepts_share_weights`) and what else `call` can
+    return (`extra_outputs`). A router module gives its class a short name
+    with `@keras_capsules.routing.registry.register("name")`.
 
     Reuse: a router without such axes (`DynamicRouting`,
     `SparseAttentionRouting`) may route votes of any size after it is
@@ -81,15 +88,41 @@ class Router(keras.layers.Layer):
 
     # Votes axes whose sizes the router's weights fix (see the docstring).
     weight_axes = ()
-    # Whether the router's poses have a fixed length (a layer norm's), so
-    # that their length says nothing of the parent: the vector-capsule
-    # layers then give them the length of the activations.
+
+    # What the router can do, declared once per class; the routed capsule
+    # layers compare it with what they need when they are made
+    # (`keras_capsules.layers.RoutedCapsule`), so no layer probes a router.
+
+    #: The kinds of poses the router routes: `"vector"` (votes are vectors),
+    #: `"matrix"` (flattened pose matrices: a router that treats votes as
+    #: vectors routes them too), `"quaternion"` (unit quaternions, whose
+    #: mean is a rotation: `QuaternionRouting` only).
+    pose_kinds = ("vector", "matrix")
+    #: Whether the router's poses have a fixed length (a layer norm's), so
+    #: that their length says nothing of the parent.
     fixed_length_poses = False
-    # Whether the router's activations are logits (scores in (-inf, inf))
-    # rather than probabilities: the vector-capsule layers then give their
-    # poses the length `sigmoid(activations)` and return those as the
-    # activations (`keras_capsules.layers.RoutedCapsule.route`).
+    #: Whether the router's activations are logits (scores in (-inf, inf))
+    #: rather than probabilities in [0, 1].
     logit_activations = False
+    #: What a pose's length is, for the vector-capsule layers
+    #: (`RoutedCapsule.length_coded`), which make it the parent's activation:
+    #: `"activation"`, it is already (the routers that squash their poses
+    #: and return their lengths); `"rescaled"`, it says nothing of the parent
+    #: (poses of a fixed length, weighted means of the votes, logit
+    #: activations), so the layers rescale the poses to the length of the
+    #: activations (`sigmoid` of logits); `"kept"`, the poses are the
+    #: router's own estimates and the layers return them as they are, beside
+    #: the activations (EM's Gaussian means, self-routing's weighted means):
+    #: the contract's exceptions, whose `Length` is no probability.
+    pose_length = "activation"
+    #: Whether the router takes a `share_weights` argument: one set of
+    #: routing weights per parent for every child, as a capsule layer with
+    #: shared transforms has (`HeinsenRouting`).
+    accepts_share_weights = False
+    #: Outputs `call` gives beyond the coefficients, each asked for with
+    #: `return_<name>=True` and returned in this order after them
+    #: (`HeinsenRouting`: `("variances",)`).
+    extra_outputs = ()
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -237,6 +270,34 @@ class Router(keras.layers.Layer):
             return_coefficients,
         )
         return tuple(keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes)
+
+
+def describe(router):
+    """A router as its class name and its scalar config, for messages:
+    `DynamicRouting(iterations=3, ...)` (the layer arguments `name`,
+    `trainable` and `dtype` and the non-scalar entries, such as
+    initializers, left out).
+
+    Args:
+        router: a `Router` (or any Keras layer).
+
+    Returns:
+        a string.
+
+    Example:
+
+    >>> from keras_capsules.routing.base import describe
+    >>> describe(keras_capsules.routing.EMRouting(iterations=2))
+    'EMRouting(iterations=2, final_lambda=1.0, inverse_temperature=None, epsilon=0.0001)'
+    """
+    config = router.get_config()
+    arguments = ", ".join(
+        f"{key}={value!r}"
+        for key, value in config.items()
+        if key not in ("name", "trainable", "dtype")
+        and isinstance(value, (bool, int, float, str, type(None)))
+    )
+    return f"{type(router).__name__}({arguments})"
 
 
 def check_votes_shape(votes_shape, name):

@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_capsules.ops import safe_norm, squash
 from keras_capsules.routing.base import Router
+from keras_capsules.routing.registry import register
 from keras_capsules.validation import positive_int
 
 # Child activations enter the attention as log-weights: `log(max(a, tiny))`,
@@ -14,6 +15,7 @@ _TINY = 1e-30
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
+@register("cross_attention")
 class CrossAttentionRouting(Router):
     """Non-iterative routing by multi-head cross-attention.
 

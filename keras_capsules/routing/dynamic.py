@@ -7,6 +7,7 @@ from keras_capsules.ops import safe_norm, squash
 from keras_capsules.routing import dynamic_backward
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
+from keras_capsules.routing.registry import register
 from keras_capsules.validation import one_of, positive_float, positive_int
 from keras_capsules.xla_hint import XlaHinted, xla_compiles
 
@@ -15,6 +16,7 @@ BACKWARDS = ("manual", "autodiff")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
+@register("dynamic")
 class DynamicRouting(XlaHinted, Router):
     """Dynamic routing by agreement.
 

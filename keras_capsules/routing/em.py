@@ -9,6 +9,7 @@ from keras_capsules.routing import em_backward
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.custom_backward import runs_manual_backward
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
+from keras_capsules.routing.registry import register
 from keras_capsules.validation import is_real, one_of, positive_float, positive_int
 from keras_capsules.xla_hint import XlaHinted, xla_compiles
 
@@ -19,6 +20,7 @@ BACKWARDS = ("manual", "autodiff")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
+@register("em")
 class EMRouting(XlaHinted, Router):
     """Expectation-maximisation routing between capsule layers.
 
@@ -117,6 +119,9 @@ class EMRouting(XlaHinted, Router):
         self.backward = one_of(backward, BACKWARDS, "backward")
 
     weight_axes = (2,)  # beta_u, beta_a: (out_caps,)
+    # The poses are the Gaussians' means, returned unscaled beside their
+    # activations, in the vector-capsule layers too.
+    pose_length = "kept"
 
     def build(self, votes_shape, activations_shape=None):
         super().build(votes_shape, activations_shape)

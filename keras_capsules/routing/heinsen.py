@@ -5,10 +5,12 @@ from keras import ops
 
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
+from keras_capsules.routing.registry import register
 from keras_capsules.validation import boolean, positive_float, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
+@register("heinsen")
 class HeinsenRouting(Router):
     """Heinsen's routing: each parent is a Gaussian that the children it
     explains (`D_use`) fit, and its score weighs what it uses and ignores.
@@ -94,6 +96,9 @@ class HeinsenRouting(Router):
     """
 
     logit_activations = True
+    pose_length = "rescaled"  # means; their length is not the logit's sigmoid
+    accepts_share_weights = True
+    extra_outputs = ("variances",)
 
     def __init__(self, iterations=3, epsilon=1e-5, share_weights=False, **kwargs):
         super().__init__(**kwargs)

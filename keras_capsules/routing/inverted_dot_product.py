@@ -8,6 +8,7 @@ from keras_capsules.routing import inverted_dot_product_backward
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.custom_backward import runs_manual_backward
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
+from keras_capsules.routing.registry import register
 from keras_capsules.validation import one_of, positive_float, positive_int
 from keras_capsules.xla_hint import XlaHinted, xla_compiles
 
@@ -16,6 +17,7 @@ BACKWARDS = ("manual", "autodiff")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
+@register("inverted_dot_product")
 class InvertedDotProductRouting(XlaHinted, Router):
     """Inverted dot-product attention routing.
 
@@ -94,6 +96,7 @@ class InvertedDotProductRouting(XlaHinted, Router):
 
     weight_axes = (3,)  # the LayerNorm scale and offset: (dim,)
     fixed_length_poses = True
+    pose_length = "rescaled"
 
     def build(self, votes_shape, activations_shape=None):
         super().build(votes_shape, activations_shape)

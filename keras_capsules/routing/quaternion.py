@@ -67,6 +67,9 @@ class QuaternionRouting(Router):
     2020.
     """
 
+    pose_kinds = ("quaternion",)
+    pose_length = "kept"  # unit quaternions: rotations, not lengths
+
     def __init__(self, iterations=3, **kwargs):
         super().__init__(**kwargs)
         self.iterations = positive_int(iterations, "iterations")

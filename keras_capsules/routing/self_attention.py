@@ -8,6 +8,7 @@ from keras_capsules.routing import self_attention_backward
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.custom_backward import runs_manual_backward
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
+from keras_capsules.routing.registry import register
 from keras_capsules.validation import one_of, positive_float
 from keras_capsules.xla_hint import XlaHinted, xla_compiles
 
@@ -15,6 +16,7 @@ BACKWARDS = ("manual", "autodiff")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
+@register("self_attention")
 class SelfAttentionRouting(XlaHinted, Router):
     """Non-iterative self-attention routing.
 

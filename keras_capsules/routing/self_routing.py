@@ -4,11 +4,13 @@ import keras
 from keras import ops
 
 from keras_capsules.routing.base import Router
+from keras_capsules.routing.registry import register
 
 EPSILON = 1e-7
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
+@register("self_routing")
 class SelfRouting(Router):
     """Non-iterative routing where each vote decides its own coefficients.
 
@@ -63,6 +65,14 @@ class SelfRouting(Router):
     """
 
     weight_axes = (1, 2, 3)  # routing_kernel: (in_caps, out_caps, dim)
+    # Poses are weighted means of the votes, activations the share of the
+    # children a parent takes: the mean's length is not that share, and the
+    # vector-capsule layers return the means as they are, beside the
+    # activations (rescaled to them, the scores would reach the votes only
+    # through the routing weights, which start at 0: the documented
+    # composition's held-out accuracy after 200 steps fell from >= 80 % to
+    # 60 %).
+    pose_length = "kept"
 
     def build(self, votes_shape, activations_shape=None):
         super().build(votes_shape, activations_shape)

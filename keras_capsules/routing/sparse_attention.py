@@ -6,10 +6,12 @@ from keras import ops
 from keras_capsules.ops import safe_norm, sparsemax, squash, top_k_softmax
 from keras_capsules.routing.base import Router
 from keras_capsules.routing.parent_major import agreement, parent_major, swap_caps, weighted_sum
+from keras_capsules.routing.registry import register
 from keras_capsules.validation import positive_float, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
+@register("sparse_attention")
 class SparseAttentionRouting(Router):
     """Non-iterative attention routing with sparse coupling coefficients.
 

@@ -1,4 +1,11 @@
-"""keras_capsules.routing.get / serialize / deserialize, and `router=` by name."""
+"""keras_capsules.routing.get / serialize / deserialize, and `router=` by name.
+
+The registry is the one list of router names (each router module registers
+its own): the tests iterate `routing.names()`, and the routers' tables in
+the docs are checked against it."""
+
+import pathlib
+import re
 
 import keras
 import numpy as np
@@ -6,28 +13,61 @@ import pytest
 
 import keras_capsules as kc
 from keras_capsules import routing
+from keras_capsules.routing import registry
 
-NAMES = {
-    "cross_attention": kc.CrossAttentionRouting,
-    "dynamic": kc.DynamicRouting,
-    "em": kc.EMRouting,
-    "heinsen": kc.HeinsenRouting,
-    "self_attention": kc.SelfAttentionRouting,
-    "sparse_attention": kc.SparseAttentionRouting,
-    "inverted_dot_product": kc.InvertedDotProductRouting,
-    "self_routing": kc.SelfRouting,
-}
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
+# Routers without a short name, on purpose (their docstrings say why).
+UNNAMED = {kc.QuaternionRouting}
 
 
-def test_names_list_every_router():
-    assert routing.names() == tuple(sorted(NAMES))
+def test_names_are_sorted_and_every_exported_router_has_one():
+    names = routing.names()
+    assert names == tuple(sorted(names)) and len(set(names)) == len(names)
+    exported = {
+        obj
+        for obj in vars(routing).values()
+        if isinstance(obj, type) and issubclass(obj, routing.Router) and obj is not routing.Router
+    }
+    assert {type(routing.get(n)) for n in names} == exported - UNNAMED
 
 
-@pytest.mark.parametrize("name", sorted(NAMES))
+@pytest.mark.parametrize("name", routing.names())
 def test_get_by_name_and_class_name(name):
-    assert type(routing.get(name)) is NAMES[name]
-    assert type(routing.get(NAMES[name].__name__)) is NAMES[name]
-    assert type(routing.get(NAMES[name])) is NAMES[name]
+    cls = type(routing.get(name))
+    assert getattr(routing, cls.__name__) is cls and getattr(kc, cls.__name__) is cls
+    assert type(routing.get(cls.__name__)) is cls
+    assert type(routing.get(cls)) is cls
+
+
+def test_a_name_is_registered_once():
+    with pytest.raises(ValueError, match="taken by DynamicRouting"):
+        registry.register("dynamic")(kc.EMRouting)
+    assert registry.register("dynamic")(kc.DynamicRouting) is kc.DynamicRouting
+    assert type(routing.get("dynamic")) is kc.DynamicRouting
+
+
+def test_get_docstring_does_not_list_the_names_by_hand():
+    # A hand list goes stale when a router is added; it points to `names()`.
+    doc = routing.get.__doc__
+    assert "names()" in doc
+    prose = [line for line in doc.splitlines() if not line.strip().startswith((">>>", "..."))]
+    assert not [n for n in routing.names() if any(f'"{n}"' in line for line in prose)]
+
+
+def _documented_names(page, pattern):
+    return sorted(re.findall(pattern, (DOCS / page).read_text(), re.M))
+
+
+@pytest.mark.parametrize(
+    "page, pattern",
+    [
+        ("routing.md", r'^\| `"(\w+)"` \| `\w+Routing` \|'),  # "Choosing a router"
+        ("api.md", r'^\| `routing\.\w+Routing`, `"(\w+)"` \|'),
+    ],
+)
+def test_the_docs_tables_list_every_registered_router(page, pattern):
+    # Every registered router documented, no stale row.
+    assert _documented_names(page, pattern) == sorted(routing.names())
 
 
 def test_get_instances_none_and_configs():
@@ -56,7 +96,7 @@ def test_bad_identifiers_name_router(identifier, message):
     with pytest.raises(ValueError, match=message) as info:
         routing.get(identifier)
     if isinstance(identifier, (str, dict)):
-        assert "inverted_dot_product" in str(info.value)  # lists the valid names
+        assert ", ".join(routing.names()) in str(info.value)  # lists the valid names
 
 
 def test_capsule_takes_a_name():
