@@ -13,6 +13,7 @@ from keras import ops
 
 from keras_capsules import routing
 from keras_capsules.ops import safe_norm
+from keras_capsules.routing.base import describe
 from keras_capsules.validation import positive_int
 
 
@@ -80,6 +81,17 @@ class RoutedCapsule(keras.layers.Layer):
       `default_router`, a name or config. A name, or a short config that
       sets no `dtype`, gets the layer's dtype policy (the router still
       routes in float32 under mixed precision).
+    - The router's fit, checked once, when the layer is made: the layer
+      declares what it needs and the router what it can do (its class
+      attributes, `keras_capsules.routing.Router`), and a router that does
+      not fit raises a `ValueError` naming both. The layer's `pose_kind`
+      (`"vector"`, `"matrix"`, `"quaternion"`) must be one the router
+      routes (`Router.pose_kinds`); its `router_activations`
+      (`"probabilities"`, `"logits"` or `None`: either, as the
+      vector-capsule layers turn logits into probabilities) must match
+      the router's (`Router.logit_activations`); and the outputs it asks
+      of the router beyond the coefficients (`required_router_outputs`,
+      e.g. `("variances",)`) must be ones it gives (`Router.extra_outputs`).
     - `build_router(votes_shape, activations_shape)`, called from the
       subclass's `build`: builds the router for the votes the layer makes;
       a router that is already built (shared by layers, or reused) is
@@ -87,12 +99,21 @@ class RoutedCapsule(keras.layers.Layer):
       time.
     - `route(votes, activations)`: the router's poses and activations (and
       whatever else its call arguments ask for), in the layer's compute
-      dtype. With `length_coded = True` (vector capsules, the default) a
-      pose's length is its parent's activation for every router: the poses
-      of routers whose poses have a fixed length
-      (`Router.fixed_length_poses`) are rescaled to the length of their
-      activations, and activations that are logits
-      (`Router.logit_activations`) become `sigmoid(activations)` first.
+      dtype. The length contract, stated here once: with `length_coded =
+      True` (vector capsules, the default) a pose's length is its parent's
+      activation, so `Length()` of the poses gives scores in [0, 1], for
+      every router but EM and self-routing (`Router.pose_length`). The
+      routers that squash make it so (dynamic, self-attention, sparse
+      attention, cross-attention); the poses of inverted dot-product
+      routing (of a fixed length) and Heinsen routing are rescaled to the
+      length of their activations (`pose_length = "rescaled"`), and
+      activations that are logits (`Router.logit_activations`) become
+      `sigmoid(activations)` first. The exceptions (`pose_length =
+      "kept"`) return their poses as they are: EM's Gaussian means and
+      self-routing's weighted means of the votes, whose lengths say
+      nothing of the parent and can pass 1; their activations, the
+      parents' probabilities, come beside them (`return_activations=True`
+      of the vector layers).
     - `get_config`: `num_capsules` and the router's config (which holds no
       build config: the layer builds its router, see `Router`).
     - `return_coefficients=True` in `__call__` (every routed layer, like
@@ -141,11 +162,46 @@ class RoutedCapsule(keras.layers.Layer):
     default_router = "dynamic"
     #: Vector capsules: a parent pose's length is its activation.
     length_coded = True
+    #: The kind of the poses the layer routes (`Router.pose_kinds`).
+    pose_kind = "vector"
+    #: The activations the router must give: `"probabilities"`, `"logits"`,
+    #: or `None` (either: the vector-capsule layers, `length_coded`, turn
+    #: logits into probabilities).
+    router_activations = None
+    #: The outputs the layer asks of its router beyond the coefficients
+    #: (`Router.extra_outputs`); a property where an argument decides.
+    required_router_outputs = ()
 
     def __init__(self, num_capsules, router=None, **kwargs):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
         self.router = self._router_from(self.default_router if router is None else router)
+        self._check_router()
+
+    def _check_router(self):
+        """Raises a `ValueError` naming the layer and the router unless the
+        router can do what the layer needs (see the class docstring)."""
+        router, name = self.router, type(self).__name__
+        received = f"Received: router={describe(router)}"
+        if self.pose_kind not in router.pose_kinds:
+            raise ValueError(
+                f"{name} routes {self.pose_kind} poses; {type(router).__name__} routes "
+                f"{' and '.join(router.pose_kinds)} poses only. {received}"
+            )
+        activations = "logits" if router.logit_activations else "probabilities"
+        if self.router_activations not in (None, activations):
+            raise ValueError(
+                f"{name}'s activations are {self.router_activations}, so its router must "
+                f"give {self.router_activations}; {type(router).__name__} gives "
+                f"{activations} (`logit_activations`). {received}"
+            )
+        for output in self.required_router_outputs:
+            if output not in router.extra_outputs:
+                raise ValueError(
+                    f"{name} needs a router that returns its {output} "
+                    f"(`return_{output}=True`), which {type(router).__name__} does not. "
+                    f"{received}"
+                )
 
     def _router_from(self, router):
         # A name, or a short config (`{"class_name": "em", "config": {...}}`,
@@ -177,9 +233,19 @@ class RoutedCapsule(keras.layers.Layer):
         poses, activations, *rest = self.router.call(votes, activations, **call_kwargs)
         if self.length_coded and self.router.logit_activations:
             activations = ops.sigmoid(activations)
-        if self.length_coded and (self.router.fixed_length_poses or self.router.logit_activations):
+        if self.length_coded and self._rescales_poses():
             poses = poses * (activations / safe_norm(poses))[..., None]
         return tuple(ops.cast(t, self.compute_dtype) for t in (poses, activations, *rest))
+
+    def _rescales_poses(self):
+        # A router of another library that declares only `fixed_length_poses`
+        # or `logit_activations` (as before `pose_length`) is rescaled too.
+        router = self.router
+        return (
+            router.pose_length == "rescaled"
+            or router.fixed_length_poses
+            or router.logit_activations
+        )
 
     def compute_coefficients_shape(self, input_shape):
         """The shape of the coefficients that `return_coefficients=True`

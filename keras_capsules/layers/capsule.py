@@ -30,16 +30,17 @@ class Capsule(RoutedCapsule):
     in_dim, capsule_dim)`, serves every child (then `in_caps` may vary).
     Votes are one einsum.
 
-    A parent pose's length is its activation for every router but EM: the
-    routers that squash (dynamic, sparse attention, self-attention) make it
-    so; inverted dot-product routing's poses, layer-normalised to a fixed
-    length, are rescaled to the length of its activations
-    (`Router.fixed_length_poses`); Heinsen routing's, whose activations are
-    logits, to the length `sigmoid(a_out)`, which the layer returns as the
-    activations (`Router.logit_activations`). EM routing's poses are its
-    Gaussians' means (its activations are returned beside them), whose
-    lengths the default transforms start below 1 too. So `Length()` of the
-    poses gives class scores for `MarginLoss` with every router.
+    A parent pose's length is its activation for every router but EM and
+    self-routing (the length contract, `RoutedCapsule`): the routers that
+    squash make it so; inverted dot-product routing's poses, layer-normalised
+    to a fixed length, are rescaled to the length of its activations;
+    Heinsen routing's, whose activations are logits, to the length
+    `sigmoid(a_out)`, which the layer returns as the activations. EM's and
+    self-routing's poses are means of the votes, returned as they are with
+    their activations beside them (`return_activations=True`); the default
+    transforms start their lengths below 1, but training can take them
+    past it. So `Length()` of the poses gives class scores in [0, 1] for
+    `MarginLoss` with every router but those two.
 
     Initialisation: the default `W` (`kernel_initializer=None`) is a
     truncated normal of standard deviation `vote_stddev / 0.5`

@@ -125,7 +125,8 @@ class ConvCapsule2D(ConvCapsule):
     among the `num_capsules` parents of that window. Window positions are
     folded into the batch axis, so the router runs once for all windows.
     `padding="same"` pads with zero capsules (zero activations). As in
-    `Capsule`, a parent pose's length is its activation for every router.
+    `Capsule`, a parent pose's length is its activation for every router
+    but EM and self-routing (`RoutedCapsule`).
 
     Args:
         num_capsules: int, parent capsule types per position.

@@ -1,7 +1,5 @@
 """Capsules of matrix poses and scores routed by Heinsen routing (Heinsen, 2019)."""
 
-import inspect
-
 import keras
 from keras import ops
 
@@ -36,8 +34,9 @@ class HeinsenCapsule(RoutedCapsule):
 
     Scores in and out are logits, so the router must take and give logits
     (`Router.logit_activations`), as `HeinsenRouting` does; the variances
-    need a router that returns them (`return_variances=True` of
-    `HeinsenRouting`).
+    need a router that returns them (`Router.extra_outputs`, as
+    `HeinsenRouting`'s `return_variances=True`). Another router raises a
+    `ValueError` when the layer is made (`RoutedCapsule`).
 
     Args:
         num_capsules: int, number of parent capsules `n_out`.
@@ -79,6 +78,12 @@ class HeinsenCapsule(RoutedCapsule):
     """
 
     length_coded = False  # matrix poses and logit scores
+    pose_kind = "matrix"
+    router_activations = "logits"
+
+    @property
+    def required_router_outputs(self):
+        return ("variances",) if self.return_variances else ()
 
     def __init__(
         self,
@@ -94,27 +99,13 @@ class HeinsenCapsule(RoutedCapsule):
         share_weights = boolean(share_weights, "share_weights")
         if router is None:  # the author's routing, sharing what the layer shares
             router = {"class_name": "heinsen", "config": {"share_weights": share_weights}}
+        # Before the base's router check, which reads it.
+        self.return_variances = bool(return_variances)
         super().__init__(num_capsules, router, **kwargs)
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.share_weights = share_weights
-        self.return_variances = bool(return_variances)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        if not self.router.logit_activations:
-            raise ValueError(
-                "HeinsenCapsule's scores are logits, so its router must take and give "
-                "logits (`logit_activations`), as HeinsenRouting does. Received: "
-                f"router={type(self.router).__name__}"
-            )
-        if (
-            self.return_variances
-            and "return_variances" not in inspect.signature(self.router.call).parameters
-        ):
-            raise ValueError(
-                "`return_variances=True` needs a router that returns variances, as "
-                "HeinsenRouting does. Received: "
-                f"router={type(self.router).__name__}, return_variances=True"
-            )
 
     def build(self, input_shape):
         poses_shape, scores_shape = split_capsule_inputs(input_shape)

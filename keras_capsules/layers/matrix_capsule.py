@@ -284,6 +284,8 @@ class ConvMatrixCapsule(WindowedCapsule):
     rank = 2
     default_router = "em"
     length_coded = False  # 4x4 pose matrices and their own activations
+    pose_kind = "matrix"
+    router_activations = "probabilities"
 
     def __init__(
         self,
@@ -392,6 +394,8 @@ class ClassMatrixCapsule(RoutedCapsule):
 
     default_router = "em"
     length_coded = False  # 4x4 pose matrices and their own activations
+    pose_kind = "matrix"
+    router_activations = "probabilities"
 
     def __init__(
         self,

@@ -41,7 +41,8 @@ class QuaternionCapsule(RoutedCapsule):
 
     Args:
         num_capsules: int, output capsule types per patch.
-        router: a `routing.QuaternionRouting` (or its config); default
+        router: a router of quaternion poses (`Router.pose_kinds`), or its
+            config: a `routing.QuaternionRouting`; default
             `QuaternionRouting(iterations=3)`.
         kernel_initializer: of `W1` and `W2`.
         **kwargs: base layer arguments (`name`, `dtype`).
@@ -75,16 +76,13 @@ class QuaternionCapsule(RoutedCapsule):
     """
 
     length_coded = False  # poses are rotations, activations separate
+    pose_kind = "quaternion"
+    router_activations = "probabilities"
 
     def __init__(self, num_capsules, router=None, kernel_initializer="glorot_uniform", **kwargs):
         if router is None:
             router = QuaternionRouting(dtype=kwargs.get("dtype"))
         super().__init__(num_capsules, router=router, **kwargs)
-        if not isinstance(self.router, QuaternionRouting):
-            raise ValueError(
-                "`router` must be a keras_capsules.routing.QuaternionRouting: "
-                f"the votes are rotations. Received: router={router!r}"
-            )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def _check(self, input_shape):

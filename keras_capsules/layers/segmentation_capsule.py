@@ -184,7 +184,7 @@ class LocalCapsule2D(LocalCapsuleBase):
     adds it to the routed sum instead), so that every router serves. The
     default router, `DynamicRouting()` (3 iterations), starts the logits
     at 0 at each position; a pose's length is its activation for every
-    router (`Capsule`).
+    router but EM and self-routing (`RoutedCapsule`).
 
     Initialisation: the default `K` (`kernel_initializer=None`) is a
     truncated normal of standard deviation `vote_stddev / (0.5 * sqrt(kh *

@@ -200,7 +200,7 @@ class HeinsenCapsNet(CapsuleModel):
         if self.router_config is None:
             return None
         router = routing.get(self.router_config)
-        overrides = {"share_weights": share_weights} if hasattr(router, "share_weights") else {}
+        overrides = {"share_weights": share_weights} if router.accepts_share_weights else {}
         return routing.clone(router, dtype=self.dtype_policy, **overrides)
 
     def add_coordinate_grid(self, images):
