@@ -77,6 +77,7 @@ from keras_capsules.models import (
     CapsuleModel,
     CapsuleSegmenter,
     CapsuleSequenceClassifier,
+    CapsuleTask,
     EfficientCapsNet,
     HeinsenCapsNet,
     MatrixCapsNet,

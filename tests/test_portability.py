@@ -6,6 +6,13 @@ backend); each backend then loads the three backends' files (one more
 subprocess each), predicts with both nets and trains the functional one a
 step as loaded (a torch-saved file on TensorFlow and JAX: after
 `load_model(path, compile=False)` + `compile`).
+Every public ready model (tests/models/ready_models.py) is also trained a
+step with `compile()`'s defaults and saved on one backend, then loaded on
+the next (`READY_SOURCE`: TensorFlow -> PyTorch -> JAX -> TensorFlow, each
+pair with some models; a JAX step as loaded from torch runs op by op, so
+the cheapest go that way): it predicts as saved and resumes training as
+loaded, its optimizer's state included. On its own backend each resumes
+in the model harness (`ModelTestCase.run_model_test`).
 The 9 pairs run once per source version: their results are cached under
 `.pytest_cache/portability`, so the three per-backend pytest runs share
 them.
@@ -32,11 +39,21 @@ import pytest
 
 import keras_capsules as kc  # Registers the classes that load_model looks up.
 from tests.conftest import exclusive
+from tests.models.ready_models import READY_MODELS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BACKENDS = ("tensorflow", "torch", "jax")
 MODELS = ("efficient_capsnet", "functional")
 WORKER_TIMEOUT_S = 900
+# Where each backend's ready models resume training.
+NEXT = {"tensorflow": "torch", "torch": "jax", "jax": "tensorflow"}
+# The backend each ready model is saved on (the others: TensorFlow).
+READY_SOURCE = {
+    "PointCapsuleClassifier": "torch",
+    "CapsuleImageClassifier": "torch",
+    "CapsNet": "jax",
+    "QuaternionCapsuleClassifier": "jax",
+}
 pytestmark = pytest.mark.xdist_group("portability")
 
 
@@ -85,6 +102,35 @@ def _predict(model, model_name):
     return keras.ops.convert_to_numpy(model(images, training=False))
 
 
+def _ready_outputs(model, name, x):
+    """What a loaded ready model must give as saved: `predict(x)`; a
+    PointCapsNet's latent capsules (its decoder draws a grid per call)."""
+    if name == "PointCapsNet":
+        return keras.ops.convert_to_numpy(model.encode(x))
+    return model.predict(x, verbose=0)
+
+
+def _ready_step(model, x, y):
+    """(loss, optimizer iterations after the step), which weights moved."""
+    before = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+    loss = model.fit(x, y, batch_size=len(y), epochs=1, verbose=0).history["loss"][0]
+    moved = [
+        np.any(b != keras.ops.convert_to_numpy(w)) for b, w in zip(before, model.trainable_weights)
+    ]
+    iterations = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    return np.array([loss, iterations]), np.array(moved)
+
+
+def _ready_models_saved_on(backend):
+    return [
+        name
+        for name, ready in READY_MODELS.items()
+        if READY_SOURCE.get(name, "tensorflow") == backend
+        and ready.available()
+        and _installed(NEXT[backend])
+    ]
+
+
 def save_worker(folder):
     keras.utils.set_random_seed(0)
     predictions = {}
@@ -94,7 +140,33 @@ def save_worker(folder):
         _train_one_step(model, name)  # Optimizer state and BatchNorm statistics.
         model.save(os.path.join(folder, f"{name}.keras"))
         predictions[name] = _predict(model, name)
+    for name in _ready_models_saved_on(keras.backend.backend()):
+        keras.utils.set_random_seed(0)
+        x, y, _ = READY_MODELS[name].data()
+        model = READY_MODELS[name].build()
+        model.compile(jit_compile=keras.backend.backend() == "jax")  # the defaults
+        _, predictions[f"ready|{name}|moved"] = _ready_step(model, x, y)
+        model.save(os.path.join(folder, f"ready-{name}.keras"))
+        predictions[f"ready|{name}"] = _ready_outputs(model, name, x)
     np.savez(os.path.join(folder, "predictions.npz"), **predictions)
+
+
+def _resume_ready_models(root, results):
+    """The ready models saved on the backend before this one, loaded,
+    predicted and trained a step here."""
+    source = next(b for b, target in NEXT.items() if target == keras.backend.backend())
+    for name in _ready_models_saved_on(source):
+        path = os.path.join(root, source, f"ready-{name}.keras")
+        if not os.path.exists(path):
+            continue
+        x, y, _ = READY_MODELS[name].data()
+        try:
+            model = keras.saving.load_model(path, safe_mode=True)
+            results[f"ready|{name}|predictions"] = _ready_outputs(model, name, x)
+            results[f"ready|{name}|fit"], results[f"ready|{name}|moved"] = _ready_step(model, x, y)
+            results[f"ready|{name}|error"] = ""
+        except Exception as error:  # Recorded; the test decides.
+            results[f"ready|{name}|error"] = f"{type(error).__name__}: {error}"[:2000]
 
 
 def load_worker(root, out):
@@ -121,6 +193,7 @@ def load_worker(root, out):
                 model = keras.saving.load_model(path, safe_mode=True, compile=False)
                 _compile(model)
                 results[f"{key}|recompiled_fit"] = np.array(_train_one_step(model, name))
+    _resume_ready_models(root, results)
     np.savez(out, **results)
 
 
@@ -217,6 +290,26 @@ def test_torch_saved_ready_model_trains_as_loaded(target, portability):
     assert not loaded[f"{key}|fit_error"], str(loaded[f"{key}|fit_error"])
     loss, moved = loaded[f"{key}|fit"]
     assert np.isfinite(loss) and moved
+
+
+@pytest.mark.parametrize("name", sorted(READY_MODELS))
+def test_ready_model_resumes_training_on_another_backend(name, portability):
+    """Saved after a step of `fit` with `compile()`'s defaults on its
+    source backend, loaded on the next: the same outputs, and `fit` goes
+    on from the saved optimizer state (its step count), moving every
+    weight the first step moved (a classifier's unused decoder: none)."""
+    source = READY_SOURCE.get(name, "tensorflow")
+    saved, loaded = _pair(portability, source, NEXT[source])
+    if f"ready|{name}" not in saved:
+        pytest.skip(f"{name} needs {READY_MODELS[name].needs}")
+    assert not loaded[f"ready|{name}|error"], str(loaded[f"ready|{name}|error"])
+    np.testing.assert_allclose(
+        loaded[f"ready|{name}|predictions"], saved[f"ready|{name}"], rtol=1e-5, atol=1e-5
+    )
+    loss, iterations = loaded[f"ready|{name}|fit"]
+    assert np.isfinite(loss) and iterations == 2, (loss, iterations)
+    moved, first = loaded[f"ready|{name}|moved"], saved[f"ready|{name}|moved"]
+    assert first.any() and moved[first].all(), (first, moved)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Ready capsule networks: `keras.Model`s that train with `compile`/`fit`.
 
-The task bases (`CapsuleModel`, the contract; `CapsuleClassifier`,
+The task bases (`CapsuleTask`, the contract of every ready model;
+`CapsuleModel`, its image form; `CapsuleClassifier`,
 `CapsuleSegmenter`) and the ready models on them; each model with presets
 registers them when its module is imported (`from_preset`,
 `list_presets`).
@@ -12,6 +13,7 @@ from keras_capsules.models.capsule_image_classifier import CapsuleImageClassifie
 from keras_capsules.models.capsule_model import CapsuleModel
 from keras_capsules.models.capsule_segmenter import CapsuleSegmenter
 from keras_capsules.models.capsule_sequence_classifier import CapsuleSequenceClassifier
+from keras_capsules.models.capsule_task import CapsuleTask
 from keras_capsules.models.efficient_capsnet import EfficientCapsNet
 from keras_capsules.models.heinsen_capsnet import HeinsenCapsNet
 from keras_capsules.models.matrix_capsnet import MatrixCapsNet

@@ -7,6 +7,8 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.vector_routing import VectorRouting
+from keras_capsules.models import presets
+from keras_capsules.models.capsule_task import CapsuleTask
 from keras_capsules.validation import positive_int
 
 _HIDDEN_STATES = ("all", "last")
@@ -64,7 +66,7 @@ def _hidden_state_tensors(backbone, hidden_states):
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class CapsuleSequenceClassifier(keras.Model):
+class CapsuleSequenceClassifier(CapsuleTask):
     """Routes a backbone's hidden states to class capsules (Heinsen, 2022).
 
     The hidden states of `L` layers of the backbone, each `(batch, n,
@@ -94,10 +96,13 @@ class CapsuleSequenceClassifier(keras.Model):
     and trained with the head; freeze it with
     `model.backbone.trainable = False` before `compile`.
 
-    `compile(optimizer="auto", loss="auto", metrics="auto")`: Adam at
-    `1e-3` with the backbone frozen, `5e-5` (fine-tuning) otherwise;
-    `SparseCategoricalCrossentropy(from_logits=True)`; accuracy. Labels
-    are class ids.
+    The task contract of every ready model (`CapsuleTask`):
+    `compile(optimizer="auto", loss="auto", metrics="auto")` gives Adam at
+    `1e-3` with the backbone frozen, `5e-5` (fine-tuning) otherwise,
+    `CategoricalCrossentropy(from_logits=True)` and accuracy; labels are
+    class ids `(batch,)` or `(batch, 1)`, or one-hot; `return_poses=True`
+    also gives the class capsules `(batch, num_classes, capsule_dim)`; a
+    saved model comes back compiled and resumes training on any backend.
 
     Args:
         backbone: a functional `keras.Model` (a keras-hub `Backbone` such as
@@ -120,9 +125,11 @@ class CapsuleSequenceClassifier(keras.Model):
         inputs: the backbone's inputs (for keras-hub text backbones a dict
             of `token_ids`, `padding_mask` and, for BERT, `segment_ids`).
         training: whether the layers run in training mode.
+        return_poses: also return the class capsules.
 
     Returns:
-        logits `(batch, num_classes)`.
+        logits `(batch, num_classes)`; with `return_poses=True`, `(logits,
+        class capsules)`.
 
     Example:
 
@@ -139,11 +146,13 @@ class CapsuleSequenceClassifier(keras.Model):
 
     With keras-hub installed, `CapsuleSequenceClassifier.from_preset(
     "bert_base_en_uncased", num_classes=2)` starts from a pretrained
-    backbone.
+    backbone; a saved `.keras` file loads with `from_preset(path)` too.
 
     Reference: Heinsen, "An Algorithm for Routing Vectors in Sequences",
     arXiv:2211.11754, 2022 (routing every depth of a frozen transformer).
     """
+
+    min_classes = 2
 
     def __init__(
         self,
@@ -157,7 +166,9 @@ class CapsuleSequenceClassifier(keras.Model):
         iterations=2,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        # The inputs are the backbone's (a dict for keras-hub's text
+        # backbones): not one shape to check.
+        super().__init__(input_shape=None, num_classes=num_classes, **kwargs)
         if isinstance(backbone, dict):  # from a config
             module = backbone.get("module") or ""
             if module.startswith("keras_hub"):
@@ -169,9 +180,6 @@ class CapsuleSequenceClassifier(keras.Model):
                 f"or your own). Received: backbone={backbone!r}"
             )
         self.backbone = backbone
-        self.num_classes = positive_int(num_classes, "num_classes")
-        if self.num_classes < 2:
-            raise ValueError(f"`num_classes` must be >= 2. Received: num_classes={num_classes}")
         if isinstance(hidden_states, str) and hidden_states not in _HIDDEN_STATES:
             raise ValueError(
                 "`hidden_states` must be 'all', 'last' or a list of layer names. "
@@ -232,11 +240,7 @@ class CapsuleSequenceClassifier(keras.Model):
         self.readout.build((None, self.num_classes, self.capsule_dim))
         self.built = True
 
-    def build(self, input_shape=None):
-        # Every layer is built in `__init__`, from the hidden states' shape.
-        self.built = True
-
-    def call(self, inputs, training=None):
+    def scores_and_poses(self, inputs, training=None):
         hidden = self.hidden_state_model(inputs, training=training)
         hidden = hidden if isinstance(hidden, (list, tuple)) else [hidden]
         # The backbone keeps its own dtype policy; the head computes in its own.
@@ -253,26 +257,36 @@ class CapsuleSequenceClassifier(keras.Model):
             )
         parts = self.part_routing(x, mask=mask)
         classes = self.class_routing(parts)
-        return ops.squeeze(self.readout(classes), axis=-1)
+        return ops.squeeze(self.readout(classes), axis=-1), classes
 
     def compute_output_shape(self, input_shape):
         if isinstance(input_shape, dict):
             input_shape = next(iter(input_shape.values()))
         return (input_shape[0], self.num_classes)
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
-        if optimizer == "auto":
-            optimizer = keras.optimizers.Adam(1e-3 if not self.backbone.trainable else 5e-5)
-        if loss == "auto":
-            loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        if metrics == "auto":
-            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+    @property
+    def default_learning_rate(self):
+        """Adam's learning rate of `compile()`: 1e-3 with the backbone
+        frozen, 5e-5 (fine-tuning) otherwise."""
+        return 1e-3 if not self.backbone.trainable else 5e-5
+
+    def default_loss(self):
+        """Cross-entropy on the logits."""
+        return keras.losses.CategoricalCrossentropy(from_logits=True)
 
     @classmethod
-    def from_preset(cls, preset, num_classes, load_weights=True, **kwargs):
-        """A classifier on `keras_hub.models.Backbone.from_preset(preset)`:
-        a preset name (downloaded by keras-hub) or a local preset folder."""
+    def from_preset(cls, preset, num_classes=None, load_weights=True, **kwargs):
+        """A saved classifier (a `.keras` file, as every ready model's
+        `from_preset`), or a new classifier of `num_classes` on
+        `keras_hub.models.Backbone.from_preset(preset)`: a preset name
+        (downloaded by keras-hub) or a local preset folder."""
+        if presets.is_capsules_preset(preset):
+            return presets.from_preset(preset, model_class=cls)
+        if num_classes is None:
+            raise ValueError(
+                "`num_classes` is needed for a new classifier on a keras-hub backbone "
+                f"preset. Received: preset={preset!r}, num_classes=None"
+            )
         backbone = _keras_hub().models.Backbone.from_preset(preset, load_weights=load_weights)
         return cls(backbone, num_classes, **kwargs)
 

@@ -8,6 +8,7 @@ from keras_capsules import routing
 from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.point_primary_capsule import PointPrimaryCapsule
 from keras_capsules.losses import ChamferDistance
+from keras_capsules.models.capsule_task import CapsuleTask
 from keras_capsules.validation import positive_int
 
 # The authors' batch normalisation: PyTorch's defaults (momentum 0.1 there
@@ -133,7 +134,7 @@ class PatchDecoder(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class PointCapsNet(keras.Model):
+class PointCapsNet(CapsuleTask):
     """3D point capsule network: a point-cloud autoencoder (Zhao et al., 2019).
 
     ```
@@ -159,8 +160,12 @@ class PointCapsNet(keras.Model):
     `encode(points, mask=None)` gives the latent capsules of clouds of any
     number of points (the primary capsules are a max over them); a mask
     `(batch, n)`, `True` = keep, leaves padded points out. `model(points)`
-    reconstructs `num_points` points. Train as an autoencoder:
-    `model.compile()` then `model.fit(points, points)`.
+    reconstructs `num_points` points; `model(points, return_poses=True)`
+    gives `(reconstruction, latent capsules)`. Train as an autoencoder:
+    `model.compile()` (Adam at 1e-3, `losses.ChamferDistance()`) then
+    `model.fit(points, points)`. The task contract of every ready model
+    (`CapsuleTask`): a saved model comes back compiled and resumes
+    training on any backend.
 
     Args:
         num_points: int, points of the reconstruction; a multiple of
@@ -177,10 +182,12 @@ class PointCapsNet(keras.Model):
         points: `(batch, n, 3)`.
         mask: optional booleans `(batch, n)`, `True` = keep.
         training: whether the batch normalisations use batch statistics.
+        return_poses: also return the latent capsules.
 
     Returns:
         the reconstruction `(batch, num_points, 3)`: point `m *
-        latent_capsules + l` is patch `m` of latent capsule `l`.
+        latent_capsules + l` is patch `m` of latent capsule `l`; with
+        `return_poses=True`, `(reconstruction, latent capsules)`.
 
     Example:
 
@@ -194,6 +201,8 @@ class PointCapsNet(keras.Model):
     CVPR 2019.
     """
 
+    inputs_name = "point clouds"
+
     def __init__(
         self,
         num_points=2048,
@@ -205,7 +214,7 @@ class PointCapsNet(keras.Model):
         seed=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        super().__init__(input_shape=(None, 3), **kwargs)
         self.num_points = positive_int(num_points, "num_points")
         self.primary_capsules = positive_int(primary_capsules, "primary_capsules")
         self.primary_dim = positive_int(primary_dim, "primary_dim")
@@ -245,15 +254,13 @@ class PointCapsNet(keras.Model):
         self.decoder = PatchDecoder(
             num_points // latent_capsules, seed=seed, name="decoder", dtype=dtype
         )
+        # Built from shapes here, as every ready model: clouds of any size.
+        self.build((None, None, 3))
 
     def build(self, points_shape):
-        if len(points_shape) != 3 or points_shape[-1] != 3:
-            raise ValueError(
-                "PointCapsNet expects point clouds of shape (batch, points, 3). "
-                f"Received: points_shape={tuple(points_shape)}"
-            )
-        if points_shape[1] is not None and points_shape[1] < 1:
-            raise ValueError(f"A cloud needs points. Received: points_shape={tuple(points_shape)}")
+        self._check_points(points_shape)
+        if self.decoder.built:
+            return  # Built in `__init__`, for clouds of any size.
         shape = tuple(points_shape)
         for layer in self.stem:
             layer.build(shape)
@@ -262,13 +269,21 @@ class PointCapsNet(keras.Model):
         self.latent.build((shape[0], self.primary_capsules, self.primary_dim))
         self.decoder.build((shape[0], self.latent_capsules, self.latent_dim))
 
+    def _check_points(self, points_shape):
+        if len(points_shape) != 3 or points_shape[-1] != 3:
+            raise ValueError(
+                "PointCapsNet expects point clouds of shape (batch, points, 3). "
+                f"Received: points_shape={tuple(points_shape)}"
+            )
+        if points_shape[1] is not None and points_shape[1] < 1:
+            raise ValueError(f"A cloud needs points. Received: points_shape={tuple(points_shape)}")
+
     def encode(self, points, mask=None, training=None):
         """The latent capsules `(batch, latent_capsules, latent_dim)` of
         clouds `(batch, n, 3)` of any `n`; `mask` `(batch, n)` drops
         points (`True` = keep)."""
         x = ops.convert_to_tensor(points, dtype=self.compute_dtype)
-        if not self.built:
-            self.build(tuple(x.shape))
+        self._check_points(tuple(x.shape))
         for dense, norm in zip(self.stem[::2], self.stem[1::2]):
             x = ops.relu(norm(dense(x), training=training, mask=mask))
         return self.latent(self.primary(x, mask=mask, training=training))
@@ -279,16 +294,16 @@ class PointCapsNet(keras.Model):
         the decoder's 2-D points (drawn uniformly in [0, 1) by default)."""
         return self.decoder(latent, grid=grid, training=training)
 
-    def call(self, points, mask=None, training=None):
-        return self.decode(self.encode(points, mask=mask, training=training), training=training)
+    def scores_and_poses(self, points, training=None, mask=None):
+        latent = self.encode(points, mask=mask, training=training)
+        return self.decode(latent, training=training), latent
 
     def compute_output_shape(self, points_shape):
         return (points_shape[0], self.num_points, 3)
 
-    def compile(self, optimizer="adam", loss=None, **kwargs):
-        """`keras.Model.compile` with the Chamfer distance as the default
-        loss (`losses.ChamferDistance()`)."""
-        super().compile(optimizer=optimizer, loss=loss or ChamferDistance(), **kwargs)
+    def default_loss(self):
+        """`losses.ChamferDistance()` between the clouds and their reconstructions."""
+        return ChamferDistance()
 
     def get_config(self):
         config = super().get_config()

@@ -7,6 +7,7 @@ from keras_capsules import routing
 from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.length import Length
 from keras_capsules.losses import MarginLoss
+from keras_capsules.models.capsule_task import CapsuleTask
 from keras_capsules.models.point_capsnet import PointCapsNet
 from keras_capsules.validation import one_of, positive_int
 
@@ -14,7 +15,7 @@ _HEADS = ("capsules", "linear")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class PointCapsuleClassifier(keras.Model):
+class PointCapsuleClassifier(CapsuleTask):
     """Classifies point clouds by their `PointCapsNet` latent capsules.
 
     ```
@@ -36,11 +37,14 @@ class PointCapsuleClassifier(keras.Model):
       and trained with the margin loss end to end with `fit(points,
       labels)`: `head="capsules"`, the default.
 
-    `compile(optimizer="auto", loss="auto", metrics="auto")`: Adam (1e-3,
-    1e-2 for the linear head);
-    `MarginLoss()` on the lengths, or
-    `SparseCategoricalCrossentropy(from_logits=True)` for the linear head;
-    accuracy. Labels are class ids. The autoencoder is saved inside the
+    The task contract of every ready model (`CapsuleTask`):
+    `compile(optimizer="auto", loss="auto", metrics="auto")` gives Adam
+    (1e-3, 1e-2 for the linear head), `MarginLoss()` on the lengths or
+    `CategoricalCrossentropy(from_logits=True)` for the linear head, and
+    accuracy; labels are class ids `(batch,)` or `(batch, 1)`, or one-hot;
+    `return_poses=True` also gives the class capsules' poses (the latent
+    capsules with the linear head); a saved model comes back compiled and
+    resumes training on any backend. The autoencoder is saved inside the
     `.keras` file. Trained end to end, Keras warns that the autoencoder's
     decoder gets no gradients: classification does not use it.
 
@@ -58,6 +62,7 @@ class PointCapsuleClassifier(keras.Model):
         points: `(batch, n, 3)`, any `n`.
         mask: optional booleans `(batch, n)`, `True` = keep.
         training: whether the layers run in training mode.
+        return_poses: also return the poses.
 
     Returns:
         class scores `(batch, num_classes)`: capsule lengths in [0, 1) with
@@ -76,10 +81,13 @@ class PointCapsuleClassifier(keras.Model):
     CVPR 2019; the margin loss: Sabour, Frosst & Hinton, NeurIPS 2017.
     """
 
+    inputs_name = "point clouds"
+    min_classes = 2
+
     def __init__(
         self, autoencoder, num_classes, head="capsules", capsule_dim=16, router=None, **kwargs
     ):
-        super().__init__(**kwargs)
+        super().__init__(input_shape=(None, 3), num_classes=num_classes, **kwargs)
         if isinstance(autoencoder, dict):  # from a config
             autoencoder = keras.saving.deserialize_keras_object(autoencoder)
         if not isinstance(autoencoder, PointCapsNet):
@@ -88,9 +96,6 @@ class PointCapsuleClassifier(keras.Model):
                 f"Received: autoencoder={autoencoder!r}"
             )
         self.autoencoder = autoencoder
-        self.num_classes = positive_int(num_classes, "num_classes")
-        if self.num_classes < 2:
-            raise ValueError(f"`num_classes` must be >= 2. Received: num_classes={num_classes}")
         self.head = one_of(head, _HEADS, "head")
         self.supports_masking = True  # `mask=` drops padded points
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
@@ -105,6 +110,7 @@ class PointCapsuleClassifier(keras.Model):
             )  # fmt: skip
             self.class_capsules.build(latent_shape)
             self.scores = Length(name="scores", dtype=dtype)
+            self.scores.build((None, self.num_classes, self.capsule_dim))
         else:
             if router is not None:
                 raise ValueError(
@@ -112,6 +118,7 @@ class PointCapsuleClassifier(keras.Model):
                 )
             features = latent_shape[1] * latent_shape[2]
             self.flatten = keras.layers.Flatten(dtype=dtype, name="flatten")
+            self.flatten.build(latent_shape)
             # Latent capsules differ little from cloud to cloud next to their
             # size (their squashed lengths): standardised, a linear probe
             # learns in a few epochs rather than hundreds.
@@ -128,32 +135,27 @@ class PointCapsuleClassifier(keras.Model):
         # point axis.
         return None
 
-    def build(self, input_shape=None):
-        # Every layer is built in `__init__`.
-        self.built = True
-
-    def call(self, points, mask=None, training=None):
+    def scores_and_poses(self, points, training=None, mask=None):
         latent = self.autoencoder.encode(points, mask=mask, training=training)
         if self.head == "capsules":
-            return self.scores(self.class_capsules(latent))
+            poses = self.class_capsules(latent)
+            return self.scores(poses), poses
         features = self.standardize(self.flatten(latent), training=training)
-        return self.classifier(features)
+        return self.classifier(features), latent
 
     def compute_output_shape(self, points_shape):
         return (points_shape[0], self.num_classes)
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
-        if optimizer == "auto":
-            optimizer = keras.optimizers.Adam(1e-3 if self.head == "capsules" else 1e-2)
-        if loss == "auto":
-            loss = (
-                MarginLoss()
-                if self.head == "capsules"
-                else keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-            )
-        if metrics == "auto":
-            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+    @property
+    def default_learning_rate(self):
+        """Adam's learning rate of `compile()`: 1e-3, 1e-2 for the linear head."""
+        return 1e-3 if self.head == "capsules" else 1e-2
+
+    def default_loss(self):
+        """`MarginLoss()` on the lengths, or cross-entropy on the linear head's logits."""
+        if self.head == "capsules":
+            return MarginLoss()
+        return keras.losses.CategoricalCrossentropy(from_logits=True)
 
     def get_config(self):
         config = super().get_config()

@@ -179,6 +179,16 @@ def _load_keras_file(path):
         raise ValueError(f"{damaged} ({type(error).__name__}: {error})") from None
 
 
+def is_capsules_preset(preset):
+    """Whether `from_preset` loads `preset` itself: a registered preset
+    name or the path of a `.keras` file (`CapsuleSequenceClassifier`
+    hands any other name to keras-hub)."""
+    if not isinstance(preset, (str, os.PathLike)):
+        return False
+    name = os.fspath(preset)
+    return name in _REGISTRY or (name.endswith(".keras") and os.path.isfile(name))
+
+
 def from_preset(preset, weights=None, cache_dir=None, model_class=None):
     """A ready model with its authors' weights, or a saved model.
 

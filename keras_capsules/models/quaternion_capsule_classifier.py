@@ -8,12 +8,13 @@ from keras_capsules import point_cloud
 from keras_capsules.layers.local_reference_frames import LocalReferenceFrames
 from keras_capsules.layers.quaternion_capsule import QuaternionCapsule
 from keras_capsules.losses import SpreadLoss
+from keras_capsules.models.capsule_task import CapsuleTask
 from keras_capsules.routing.quaternion import QuaternionRouting
 from keras_capsules.validation import positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class QuaternionCapsuleClassifier(keras.Model):
+class QuaternionCapsuleClassifier(CapsuleTask):
     """Classifies point clouds in any orientation: quaternion capsules.
 
     ```
@@ -40,9 +41,12 @@ class QuaternionCapsuleClassifier(keras.Model):
     (shuffle them otherwise); nothing depends on their coordinates, so the
     choice does not break the invariance.
 
-    `compile(optimizer="auto", loss="auto", metrics="auto")`: Adam (1e-2),
-    `SpreadLoss(margin=0.1)` on the activations (as the authors), accuracy.
-    Labels are class ids.
+    The task contract of every ready model (`CapsuleTask`):
+    `compile(optimizer="auto", loss="auto", metrics="auto")` gives Adam
+    (1e-2), `SpreadLoss(margin=0.1)` on the activations (as the authors)
+    and accuracy; labels are class ids `(batch,)` or `(batch, 1)`, or
+    one-hot; a saved model comes back compiled and resumes training on
+    any backend.
 
     Args:
         num_classes: number of classes, `>= 2`.
@@ -55,6 +59,7 @@ class QuaternionCapsuleClassifier(keras.Model):
 
     Call arguments:
         points: `(batch, n, 3)`, `n >= num_patches, patch_size, frame_neighbors`.
+        training: unused (no layer behaves differently in training).
         return_poses: also return the class capsules' poses `(batch,
             num_classes, 4)`.
 
@@ -76,6 +81,10 @@ class QuaternionCapsuleClassifier(keras.Model):
     EM Routing", ICLR 2018.
     """
 
+    inputs_name = "point clouds"
+    min_classes = 2
+    default_learning_rate = 1e-2
+
     def __init__(
         self,
         num_classes,
@@ -86,10 +95,7 @@ class QuaternionCapsuleClassifier(keras.Model):
         iterations=3,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.num_classes = positive_int(num_classes, "num_classes")
-        if self.num_classes < 2:
-            raise ValueError(f"`num_classes` must be >= 2. Received: num_classes={num_classes}")
+        super().__init__(input_shape=(None, 3), num_classes=num_classes, **kwargs)
         self.capsules = positive_int(capsules, "capsules")
         self.num_patches = positive_int(num_patches, "num_patches")
         self.patch_size = positive_int(patch_size, "patch_size")
@@ -117,11 +123,13 @@ class QuaternionCapsuleClassifier(keras.Model):
         self.class_capsules.build([(None, 1, p, 3), (None, 1, p, c, 4), (None, 1, p, c)])
         self.built = True
 
-    def build(self, input_shape=None):
-        # Every layer is built in `__init__`.
-        self.built = True
+    def check_inputs(self, x, name="x"):
+        super().check_inputs(x, name)
+        shape = getattr(x, "shape", None)
+        if shape is not None and not isinstance(x, dict) and len(shape) == 3:
+            self._check(tuple(shape), name)
 
-    def _check(self, points_shape):
+    def _check(self, points_shape, name="points"):
         points_shape = tuple(points_shape)
         needed = max(self.num_patches, self.patch_size, self.frame_neighbors)
         if (
@@ -132,10 +140,10 @@ class QuaternionCapsuleClassifier(keras.Model):
             raise ValueError(
                 f"QuaternionCapsuleClassifier expects points of shape (batch, n, 3), "
                 f"n >= {needed} (num_patches, patch_size, frame_neighbors). "
-                f"Received: points.shape={points_shape}"
+                f"Received: {name}.shape={points_shape}"
             )
 
-    def call(self, points, return_poses=False):
+    def scores_and_poses(self, points, training=None):
         self._check(points.shape)
         points = ops.convert_to_tensor(points)
         points = points - ops.mean(points, axis=1, keepdims=True)
@@ -149,22 +157,16 @@ class QuaternionCapsuleClassifier(keras.Model):
         poses, activations = self.class_capsules(
             [centres[:, None], poses[:, None], activations[:, None]]
         )
-        scores = activations[:, 0]
-        return (scores, poses[:, 0]) if return_poses else scores
+        return activations[:, 0], poses[:, 0]
 
     def compute_output_shape(self, points_shape, return_poses=False):
         self._check(points_shape)
         scores = (points_shape[0], self.num_classes)
         return (scores, (points_shape[0], self.num_classes, 4)) if return_poses else scores
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
-        if optimizer == "auto":
-            optimizer = keras.optimizers.Adam(1e-2)
-        if loss == "auto":
-            loss = SpreadLoss(margin=0.1)
-        if metrics == "auto":
-            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+    def default_loss(self):
+        """`SpreadLoss(margin=0.1)` on the class activations, as the authors."""
+        return SpreadLoss(margin=0.1)
 
     def get_config(self):
         config = super().get_config()

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from keras_capsules.models import PointCapsNet, PointCapsuleClassifier
+from tests.models.ready_models import READY_MODELS, point_classifier
 from tests.models.test_point_capsnet import TINY, shapes
-from tests.test_case import round_trip, to_numpy
+from tests.test_case import ModelTestCase, to_numpy
 
 
 def autoencoder(seed=0):
@@ -49,15 +50,16 @@ def test_padded_clouds_with_their_mask_give_the_unpadded_scores(head):
     )
 
 
-@pytest.mark.parametrize("head", ["capsules", "linear"])
-def test_saves_and_loads_with_its_autoencoder(head):
-    model = PointCapsuleClassifier(autoencoder(), 3, head=head)
-    model.compile()
-    clouds, labels = shapes(16, points=32)
-    model.fit(clouds, labels, batch_size=8, epochs=1, verbose=0)
-    loaded = round_trip(model)
-    np.testing.assert_allclose(to_numpy(loaded(clouds)), to_numpy(model(clouds)), rtol=1e-5)
-    assert loaded.get_config()["head"] == head
+class TestLinearProbe(ModelTestCase):
+    def test_model_harness(self):
+        """The linear head through the model harness (the capsule head:
+        tests/models/test_ready_models.py)."""
+        clouds, labels, shape = READY_MODELS["PointCapsuleClassifier"].data()
+        run = self.run_model_test(
+            point_classifier("linear"), clouds, labels, shape, batch_size=4,
+            run_mixed_precision_check=False,
+        )  # fmt: skip
+        assert run.loaded.get_config()["head"] == "linear"
 
 
 def test_mixed_precision_gives_finite_scores():

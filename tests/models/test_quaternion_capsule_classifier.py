@@ -10,7 +10,7 @@ from keras_capsules.models import QuaternionCapsuleClassifier
 from tests.models.test_point_capsnet import shapes
 from tests.parity.cases_quaternion import unit_clusters
 from tests.reference import quaternion as ref
-from tests.test_case import forward, round_trip, to_numpy
+from tests.test_case import forward, to_numpy
 
 SMALL = dict(capsules=4, num_patches=16, patch_size=8, frame_neighbors=8)
 
@@ -48,18 +48,6 @@ def test_learns_generated_shapes_with_the_defaults():
     history = classifier.fit(clouds, labels, batch_size=8, epochs=16, verbose=0).history
     assert history["loss"][-1] < 0.75 * history["loss"][0], history["loss"]
     assert history["accuracy"][-1] > 0.55, history["accuracy"]  # of 3 classes
-
-
-def test_saves_and_loads():
-    classifier = model()
-    classifier.compile()
-    clouds, labels = shapes(8, points=32)
-    classifier.fit(clouds, labels, batch_size=8, epochs=1, verbose=0)
-    loaded = round_trip(classifier)
-    np.testing.assert_allclose(
-        to_numpy(forward(loaded, clouds)), to_numpy(forward(classifier, clouds)), rtol=1e-5
-    )
-    assert loaded.get_config()["capsules"] == 4
 
 
 def test_mixed_precision_gives_finite_scores_and_gradients():

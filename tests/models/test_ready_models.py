@@ -1,0 +1,76 @@
+"""One contract for every ready model: each public model is a
+`CapsuleTask`, has a tiny entry in tests/models/ready_models.py (the
+cross-backend resume test, tests/test_portability.py, runs them all) and
+runs the model harness (`ModelTestCase.run_model_test`: fit, save, load,
+fit again, predict equal, every layer built, mixed precision): here for
+the models that have no harness test in their own file."""
+
+import pathlib
+
+import keras
+import numpy as np
+import pytest
+
+import keras_capsules as kc
+from tests.models.ready_models import READY_MODELS, TASK_BASES
+from tests.test_case import ModelTestCase
+
+HERE = pathlib.Path(__file__).resolve().parent
+# Run below; the others' own test files run the harness with their checks.
+HARNESS_HERE = (
+    "PointCapsNet",
+    "PointCapsuleClassifier",
+    "QuaternionCapsuleClassifier",
+    "CapsuleSequenceClassifier",
+)
+
+
+def public_models():
+    return {
+        name: obj
+        for name, obj in vars(kc.models).items()
+        if isinstance(obj, type) and issubclass(obj, keras.Model)
+    }
+
+
+def test_every_public_model_is_a_task_with_a_harness_entry():
+    models = public_models()
+    assert all(issubclass(m, kc.models.CapsuleTask) for m in models.values()), models
+    ready = {name for name, m in models.items() if m not in TASK_BASES}
+    assert ready == set(READY_MODELS), sorted(ready ^ set(READY_MODELS))
+    assert set(public_models()) <= set(dir(kc)), "every model at the top level"
+
+
+@pytest.mark.parametrize("name", sorted(set(READY_MODELS) - set(HARNESS_HERE)))
+def test_the_others_run_the_harness_in_their_own_test_file(name):
+    module = getattr(kc.models, name).__module__.rsplit(".", 1)[-1]
+    source = (HERE / f"test_{module}.py").read_text()
+    assert "run_model_test(" in source, f"tests/models/test_{module}.py"
+
+
+class TestReadyModels(ModelTestCase):
+    @pytest.mark.parametrize("name", HARNESS_HERE)
+    def test_model_harness(self, name):
+        ready = READY_MODELS[name]
+        if not ready.available():
+            pytest.skip(f"needs {ready.needs}")
+        x, y, shape = ready.data()
+        same_outputs = None
+        if name == "PointCapsNet":  # The decoder draws its grid: fix it.
+            grid = np.random.default_rng(0).uniform(size=(8, 8, 4, 2)).astype("float32")
+
+            def same_outputs(model):
+                return model.decode(model.encode(x), grid=grid)
+
+        run = self.run_model_test(
+            ready.build,
+            x,
+            y,
+            shape,
+            batch_size=4,
+            same_outputs=same_outputs,
+            random_outputs=name == "PointCapsNet",
+            # The backbone keeps its own policy (float32): not the head's.
+            run_mixed_precision_check=name != "CapsuleSequenceClassifier",
+        )
+        assert np.all(np.isfinite(run.history["loss"]))
