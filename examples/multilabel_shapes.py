@@ -30,10 +30,7 @@ number of objects.
 Writes metrics.json to --output-dir (default runs/multilabel_shapes/<backend>).
 """
 
-import argparse
-import os
-
-import atomic
+import comparison
 import keras
 import numpy as np
 
@@ -98,7 +95,6 @@ def evaluate(model, images, labels, numbers):
     scores = model.predict(images, batch_size=256, verbose=0)
     exact = np.all((scores > 0.5) == (labels > 0.5), axis=-1)
     row = {
-        "parameters": model.count_params(),
         "exact_set_accuracy": float(exact.mean()),
         "per_label_accuracy": float(((scores > 0.5) == (labels > 0.5)).mean()),
     }
@@ -108,37 +104,22 @@ def evaluate(model, images, labels, numbers):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=5)
+    parser = comparison.argument_parser(__doc__, epochs=5, batch_size=32)
     parser.add_argument("--train", type=int, default=8000, help="training images")
     parser.add_argument("--test", type=int, default=2000, help="held-out images")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output-dir")
-    args = parser.parse_args(argv)
-    output_dir = args.output_dir or os.path.join(
-        "runs", "multilabel_shapes", keras.backend.backend()
-    )
+    args = comparison.parse_args(parser, argv)
     x, y, _ = shapes(args.train, seed=args.seed)
     x_test, y_test, numbers = shapes(args.test, seed=args.seed + 1)
-    results = {"backend": keras.backend.backend(), "epochs": args.epochs, "train": args.train}
-    for build in (capsule_model, cnn_model):
-        keras.utils.set_random_seed(args.seed)
-        model = build()
-        model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, verbose=0)
-        results[model.name] = row = evaluate(model, x_test, y_test, numbers)
-        by_number = ", ".join(
-            f"{k}: {100 * row[f'exact_set_accuracy_{k}_objects']:.1f} %" for k in np.unique(numbers)
-        )
-        print(
-            f"{model.name:9s} {row['parameters']:7d} parameters  exact set "
-            f"{100 * row['exact_set_accuracy']:.1f} % ({by_number})  per label "
-            f"{100 * row['per_label_accuracy']:.1f} %",
-            flush=True,
-        )
-    os.makedirs(output_dir, exist_ok=True)
-    atomic.write_json(os.path.join(output_dir, "metrics.json"), results)
-    return results
+    return comparison.compare(
+        {"capsules": capsule_model, "cnn": cnn_model},
+        train=comparison.Data(x, y),
+        test=comparison.Data(x_test, y_test),
+        budget=comparison.Budget.from_args(args),
+        output_dir=comparison.output_dir(args, "multilabel_shapes"),
+        seed=args.seed,
+        results={"backend": keras.backend.backend(), "epochs": args.epochs, "train": args.train},
+        score=lambda model, test: evaluate(model, test.x, test.y, numbers),
+    )
 
 
 if __name__ == "__main__":

@@ -39,11 +39,7 @@ model and training regime) to --output-dir (default
 runs/pointcloud_capsules/<backend>).
 """
 
-import argparse
-import os
-import time
-
-import atomic
+import comparison
 import data
 import keras
 import numpy as np
@@ -148,94 +144,100 @@ def training_clouds(clouds, regime, rng):
     return rotated(clouds, rng) if regime == "rotated" else clouds
 
 
-def train(name, regime, args, num_classes, clouds, labels):
-    """The trained model and the parameters it classifies with."""
-    rng = np.random.default_rng(args.seed)  # the same rotations for every model
-    fit = dict(batch_size=args.batch_size, epochs=1, verbose=0)
+def build(name, args, num_classes):
+    """The compiled model of `name`; for `linear_probe`, the autoencoder it
+    starts from (`fit` trains it, then the probe)."""
     if name == "quaternion":
         model = kc.models.QuaternionCapsuleClassifier(
             num_classes, num_patches=min(64, args.points), patch_size=min(16, args.points)
         )
-        model.compile()
-        for _ in range(args.epochs):
-            model.fit(training_clouds(clouds, regime, rng), labels, **fit)
-        return model, model.count_params()
-    if name == "pointnet":
-        model = pointnet(args, num_classes)
-        for _ in range(args.epochs):
-            model.fit(training_clouds(clouds, regime, rng), labels, **fit)
-        return model, model.count_params()
-    autoencoder = point_capsnet(args)
-    if name == "linear_probe":
-        autoencoder.compile()
-        for _ in range(args.epochs):
-            x = training_clouds(clouds, regime, rng)
-            autoencoder.fit(x, x, **fit)
-        autoencoder.trainable = False
-        rng = np.random.default_rng(args.seed)
-    model = kc.models.PointCapsuleClassifier(
-        autoencoder, num_classes, head="capsules" if name == "capsules" else "linear"
-    )
+    elif name == "pointnet":
+        return pointnet(args, num_classes)
+    elif name == "linear_probe":
+        model = point_capsnet(args)
+    else:
+        model = kc.models.PointCapsuleClassifier(point_capsnet(args), num_classes, head="capsules")
     model.compile()
-    for _ in range(args.epochs):
-        model.fit(training_clouds(clouds, regime, rng), labels, **fit)
-    # The decoder does not classify.
-    return model, model.count_params() - autoencoder.decoder.count_params()
+    return model
+
+
+def train(name, regime, args, num_classes):
+    """`fit(model, train, budget)` for `comparison.compare`: an epoch at a
+    time, the clouds rotated anew for each in the rotated regime; returns
+    the model to evaluate."""
+
+    def fit(model, data, budget):
+        rng = np.random.default_rng(args.seed)  # the same rotations for every model
+        clouds, labels = data.x, data.y
+        batches = dict(batch_size=budget.batch_size, steps_per_epoch=budget.steps_per_epoch)
+        if name == "linear_probe":
+            autoencoder = model
+            for _ in range(budget.epochs):
+                x = training_clouds(clouds, regime, rng)
+                autoencoder.fit(x, x, epochs=1, verbose=0, **batches)
+            autoencoder.trainable = False
+            rng = np.random.default_rng(args.seed)
+            model = kc.models.PointCapsuleClassifier(autoencoder, num_classes, head="linear")
+            model.compile()
+        for _ in range(budget.epochs):
+            model.fit(training_clouds(clouds, regime, rng), labels, epochs=1, verbose=0, **batches)
+        return model
+
+    return fit
+
+
+def classifying_parameters(model):
+    """The parameters a model classifies with: a point capsule classifier's
+    decoder does not classify."""
+    decoder = getattr(getattr(model, "autoencoder", None), "decoder", None)
+    return model.count_params() - (decoder.count_params() if decoder is not None else 0)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = comparison.argument_parser(__doc__, epochs=10, batch_size=32)
     parser.add_argument("--modelnet40", metavar="DIR", help="the ModelNet40 HDF5 release")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--regimes", nargs="+", choices=REGIMES, default=list(REGIMES))
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--points", type=int, default=256, help="points per cloud")
     parser.add_argument("--train", type=int, default=2000, help="generated training clouds")
     parser.add_argument("--test", type=int, default=1000, help="generated test clouds")
     parser.add_argument("--primary-capsules", type=int, default=256)
     parser.add_argument("--pointnet-width", type=int, default=2048)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output-dir")
-    args = parser.parse_args(argv)
+    args = comparison.parse_args(parser, argv)
     if args.points % 16:
         parser.error(f"--points must be a multiple of 16. Received: --points {args.points}")
-    output_dir = args.output_dir or os.path.join(
-        "runs", "pointcloud_capsules", keras.backend.backend()
-    )
     clouds, labels, test_clouds, test_labels, num_classes = load(args)
     rotated_test = rotated(test_clouds, np.random.default_rng(args.seed + 2))
-    results = {
-        "backend": keras.backend.backend(),
-        "data": "modelnet40" if args.modelnet40 else "generated shapes",
-        "train": len(clouds),
-        "test": len(test_clouds),
-        "points": args.points,
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "seed": args.seed,
+    models = {
+        f"{name}_trained_{regime}": comparison.Model(
+            lambda name=name: build(name, args, num_classes),
+            fit=train(name, regime, args, num_classes),
+            parameters=classifying_parameters,
+        )
+        for regime in args.regimes
+        for name in args.models
     }
-    for regime in args.regimes:
-        for name in args.models:
-            keras.utils.set_random_seed(args.seed)
-            start = time.perf_counter()
-            model, parameters = train(name, regime, args, num_classes, clouds, labels)
-            seconds = time.perf_counter() - start
-            row = {"parameters": parameters, "train_seconds": round(seconds, 1)}
-            for test, x in (("aligned", test_clouds), ("rotated", rotated_test)):
-                row[f"{test}_accuracy"] = float(
-                    model.evaluate(x, test_labels, batch_size=64, verbose=0)[1]
-                )
-            results[f"{name}_trained_{regime}"] = row
-            print(
-                f"{name:13s} trained {regime:8s} {parameters:9d} parameters  test aligned "
-                f"{100 * row['aligned_accuracy']:.1f} %  rotated "
-                f"{100 * row['rotated_accuracy']:.1f} %  ({row['train_seconds']} s)",
-                flush=True,
-            )
-    os.makedirs(output_dir, exist_ok=True)
-    atomic.write_json(os.path.join(output_dir, "metrics.json"), results)
-    return results
+    return comparison.compare(
+        models,
+        train=comparison.Data(clouds, labels),
+        test={
+            "aligned": comparison.Data(test_clouds, test_labels),
+            "rotated": comparison.Data(rotated_test, test_labels),
+        },
+        budget=comparison.Budget.from_args(args),
+        output_dir=comparison.output_dir(args, "pointcloud_capsules"),
+        seed=args.seed,
+        results={
+            "backend": keras.backend.backend(),
+            "data": "modelnet40" if args.modelnet40 else "generated shapes",
+            "train": len(clouds),
+            "test": len(test_clouds),
+            "points": args.points,
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "seed": args.seed,
+        },
+    )
 
 
 if __name__ == "__main__":

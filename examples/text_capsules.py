@@ -35,11 +35,7 @@ Writes metrics.json (held-out accuracy, parameters, training seconds per
 model) to --output-dir (default runs/text_capsules/<backend>).
 """
 
-import argparse
-import os
-import time
-
-import atomic
+import comparison
 import data
 import keras
 import numpy as np
@@ -151,91 +147,82 @@ def encode(kind, args, words, *splits):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = comparison.argument_parser(__doc__, epochs=2, batch_size=32)
     parser.add_argument("--dataset", choices=sorted(DATASETS), default="imdb_reviews")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sequence-length", type=int, default=256)
     parser.add_argument("--train", type=int, default=0, help="training texts (0: all)")
     parser.add_argument("--test", type=int, default=0, help="held-out texts (0: all)")
     parser.add_argument("--vocabulary", type=int, default=20000, help="words kept")
-    parser.add_argument("--preset", help="keras-hub BERT preset of the BERT models")
-    parser.add_argument("--freeze-backbone", action="store_true")
+    comparison.add_pretrained_arguments(parser, "keras-hub BERT preset of the BERT models")
     parser.add_argument("--bert-layers", type=int, default=2)
     parser.add_argument("--bert-dim", type=int, default=128)
-    parser.add_argument(
-        "--learning-rate",
-        type=float,
-        help="Adam's, for every model (default: 5e-5 fine-tuning a preset, else 1e-3)",
-    )
     parser.add_argument("--data-dir", help="TFDS data dir (default: $TFDS_DATA_DIR)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output-dir")
-    args = parser.parse_args(argv)
+    args = comparison.parse_args(parser, argv)
     if args.sequence_length < 8:
         parser.error(f"--sequence-length must be >= 8. Received: {args.sequence_length}")
-    learning_rate = args.learning_rate or (
-        5e-5 if args.preset and not args.freeze_backbone else 1e-3
-    )
-    output_dir = args.output_dir or os.path.join("runs", "text_capsules", keras.backend.backend())
+    learning_rate = comparison.learning_rate(args)
 
     _, held_out = DATASETS[args.dataset]
     texts, labels = texts_and_labels(args.dataset, "train", args.train, args.data_dir)
     test_texts, test_labels = texts_and_labels(args.dataset, held_out, args.test, args.data_dir)
     num_classes = 2
     words = WordIds(texts, args.vocabulary, args.sequence_length)
-    results = {
-        "backend": keras.backend.backend(),
-        "dataset": args.dataset,
-        "train": len(texts),
-        "test": len(test_texts),
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "sequence_length": args.sequence_length,
-        "learning_rate": learning_rate,
-        "backbone": args.preset or f"BertBackbone({args.bert_layers} layers, {args.bert_dim})",
-        "frozen_backbone": args.freeze_backbone,
-        "seed": args.seed,
-    }
-    inputs = {}
-    for name in args.models:
-        keras.utils.set_random_seed(args.seed)  # BERT models: the same backbone weights
-        model, loss = build(name, args, num_classes, words.size)
-        model.compile(
-            optimizer=keras.optimizers.Adam(learning_rate),
-            loss=loss,
-            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-        )
+    inputs = {}  # once per kind: both BERT models read the same tokens
+
+    def encoded(name):
         kind = "bert" if name.startswith("bert") else "words"
-        if kind not in inputs:  # once per kind: both BERT models read the same tokens
+        if kind not in inputs:
             inputs[kind] = encode(kind, args, words, texts, test_texts)
-        x, x_test = inputs[kind]
-        start = time.perf_counter()
-        # One shuffled pipeline for every model (keras-hub's classifier would
-        # make its own, unshuffled, from arrays).
-        batches = (
-            tf.data.Dataset.from_tensor_slices((x, labels))
-            .shuffle(len(labels), seed=args.seed)
-            .batch(args.batch_size)
+        return inputs[kind]
+
+    def model(name):
+        def train():
+            # One shuffled pipeline for every model (keras-hub's classifier
+            # would make its own, unshuffled, from arrays).
+            batches = (
+                tf.data.Dataset.from_tensor_slices((encoded(name)[0], labels))
+                .shuffle(len(labels), seed=args.seed)
+                .batch(args.batch_size)
+            )
+            return comparison.Data(batches, count=len(labels))
+
+        def build_and_compile():
+            model, loss = build(name, args, num_classes, words.size)
+            model.compile(
+                optimizer=keras.optimizers.Adam(learning_rate),
+                loss=loss,
+                metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+            )
+            return model
+
+        return comparison.Model(
+            build_and_compile,
+            train=train,
+            test=lambda: comparison.Data(encoded(name)[1], test_labels),
         )
-        model.fit(batches, epochs=args.epochs, shuffle=False, verbose=0)
-        seconds = time.perf_counter() - start
-        _, accuracy = model.evaluate(x_test, test_labels, batch_size=64, verbose=0)
-        results[name] = row = {
-            "accuracy": float(accuracy),
-            "parameters": model.count_params(),
-            "trainable_parameters": int(sum(np.prod(w.shape) for w in model.trainable_weights)),
-            "train_seconds": round(seconds, 1),
-        }
-        print(
-            f"{name:14s} {row['parameters']:9d} parameters  held-out accuracy "
-            f"{100 * row['accuracy']:.1f} %  ({row['train_seconds']} s)",
-            flush=True,
-        )
-    os.makedirs(output_dir, exist_ok=True)
-    atomic.write_json(os.path.join(output_dir, "metrics.json"), results)
-    return results
+
+    return comparison.compare(
+        {name: model(name) for name in args.models},
+        train=None,
+        test=None,
+        budget=comparison.Budget.from_args(args),
+        output_dir=comparison.output_dir(args, "text_capsules"),
+        seed=args.seed,  # BERT models: the same backbone weights
+        results={
+            "backend": keras.backend.backend(),
+            "dataset": args.dataset,
+            "train": len(texts),
+            "test": len(test_texts),
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "sequence_length": args.sequence_length,
+            "learning_rate": learning_rate,
+            "backbone": args.preset or f"BertBackbone({args.bert_layers} layers, {args.bert_dim})",
+            "frozen_backbone": args.freeze_backbone,
+            "seed": args.seed,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -26,11 +26,7 @@ Writes metrics.json (held-out accuracy, parameters, training seconds per
 model) to --output-dir (default runs/vit_capsules/<backend>).
 """
 
-import argparse
-import os
-import time
-
-import atomic
+import comparison
 import data
 import keras
 import numpy as np
@@ -56,21 +52,29 @@ def images_and_labels(name, split, count, data_dir=None):
     return np.stack(images), np.array(labels, "int32"), num_classes
 
 
-def backbone_and_converter(args, image_shape):
-    """The ViT backbone, and the function that turns uint8 images into its inputs."""
-    import keras_hub
-
+def converter(args):
+    """The function that turns uint8 images into the backbone's inputs."""
     if args.preset:
-        converter = keras_hub.layers.ImageConverter.from_preset(args.preset)
+        import keras_hub
 
-        def convert(images):
+        convert = keras_hub.layers.ImageConverter.from_preset(args.preset)
+
+        def preset_inputs(images):
             images = tf.cast(images, "float32")
             if images.shape[-1] == 1:
                 images = tf.repeat(images, 3, axis=-1)
-            return converter(images)
+            return convert(images)
 
-        return keras_hub.models.Backbone.from_preset(args.preset), convert
-    backbone = keras_hub.models.ViTBackbone(
+        return preset_inputs
+    return lambda images: tf.cast(images, "float32") / 255.0
+
+
+def vit_backbone(args, image_shape):
+    import keras_hub
+
+    if args.preset:
+        return keras_hub.models.Backbone.from_preset(args.preset)
+    return keras_hub.models.ViTBackbone(
         image_shape=image_shape,
         patch_size=args.patch_size,
         num_layers=args.layers,
@@ -78,7 +82,6 @@ def backbone_and_converter(args, image_shape):
         hidden_dim=args.dim,
         mlp_dim=2 * args.dim,
     )
-    return backbone, lambda images: tf.cast(images, "float32") / 255.0
 
 
 def build(name, backbone, num_classes):
@@ -90,31 +93,18 @@ def build(name, backbone, num_classes):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = comparison.argument_parser(__doc__, epochs=1, batch_size=64)
     parser.add_argument("--dataset", default="mnist", help="TFDS image dataset")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--train", type=int, default=0, help="training images (0: all)")
     parser.add_argument("--test", type=int, default=0, help="held-out images (0: all)")
-    parser.add_argument("--preset", help="keras-hub ViT preset")
-    parser.add_argument("--freeze-backbone", action="store_true")
+    comparison.add_pretrained_arguments(parser, "keras-hub ViT preset")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--patch-size", type=int, default=7)
-    parser.add_argument(
-        "--learning-rate",
-        type=float,
-        help="Adam's, for every model (default: 5e-5 fine-tuning a preset, else 1e-3)",
-    )
     parser.add_argument("--data-dir", help="TFDS data dir (default: $TFDS_DATA_DIR)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output-dir")
-    args = parser.parse_args(argv)
-    learning_rate = args.learning_rate or (
-        5e-5 if args.preset and not args.freeze_backbone else 1e-3
-    )
-    output_dir = args.output_dir or os.path.join("runs", "vit_capsules", keras.backend.backend())
+    args = comparison.parse_args(parser, argv)
+    learning_rate = comparison.learning_rate(args)
 
     images, labels, num_classes = images_and_labels(
         args.dataset, "train", args.train, args.data_dir
@@ -125,57 +115,61 @@ def main(argv=None):
             f"--patch-size must divide the image size {images.shape[1]}. "
             f"Received: --patch-size {args.patch_size}"
         )
-    results = {
-        "backend": keras.backend.backend(),
-        "dataset": args.dataset,
-        "train": len(images),
-        "test": len(test_images),
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "learning_rate": learning_rate,
-        "backbone": args.preset
-        or f"ViTBackbone({args.layers} layers, {args.dim}, patches {args.patch_size})",
-        "frozen_backbone": args.freeze_backbone,
-        "seed": args.seed,
-    }
-    for name in args.models:
-        keras.utils.set_random_seed(args.seed)  # the same backbone weights
-        backbone, convert = backbone_and_converter(args, images.shape[1:])
-        backbone.trainable = not args.freeze_backbone
-        model = build(name, backbone, num_classes)
-        model.compile(
-            optimizer=keras.optimizers.Adam(learning_rate),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-        )
-        train = (
+    convert = converter(args)
+
+    def model(name):
+        def build_and_compile():
+            backbone = vit_backbone(args, images.shape[1:])
+            backbone.trainable = not args.freeze_backbone
+            model = build(name, backbone, num_classes)
+            model.compile(
+                optimizer=keras.optimizers.Adam(learning_rate),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+            )
+            return model
+
+        return build_and_compile
+
+    def converted(x, y):
+        return convert(x), y
+
+    def train():
+        batches = (
             tf.data.Dataset.from_tensor_slices((images, labels))
             .shuffle(len(labels), seed=args.seed)
             .batch(args.batch_size)
-            .map(lambda x, y, convert=convert: (convert(x), y))
+            .map(converted)
         )
-        test = (
-            tf.data.Dataset.from_tensor_slices((test_images, test_labels))
-            .batch(256)
-            .map(lambda x, y, convert=convert: (convert(x), y))
+        return comparison.Data(batches, count=len(labels))
+
+    def test():
+        batches = (
+            tf.data.Dataset.from_tensor_slices((test_images, test_labels)).batch(256).map(converted)
         )
-        start = time.perf_counter()
-        model.fit(train, epochs=args.epochs, shuffle=False, verbose=0)
-        seconds = time.perf_counter() - start
-        _, accuracy = model.evaluate(test, verbose=0)
-        results[name] = row = {
-            "accuracy": float(accuracy),
-            "parameters": model.count_params(),
-            "train_seconds": round(seconds, 1),
-        }
-        print(
-            f"{name:13s} {row['parameters']:9d} parameters  held-out accuracy "
-            f"{100 * row['accuracy']:.2f} %  ({row['train_seconds']} s)",
-            flush=True,
-        )
-    os.makedirs(output_dir, exist_ok=True)
-    atomic.write_json(os.path.join(output_dir, "metrics.json"), results)
-    return results
+        return comparison.Data(batches, count=len(test_labels))
+
+    return comparison.compare(
+        {name: model(name) for name in args.models},
+        train=train,
+        test=test,
+        budget=comparison.Budget.from_args(args),
+        output_dir=comparison.output_dir(args, "vit_capsules"),
+        seed=args.seed,  # the same backbone weights
+        results={
+            "backend": keras.backend.backend(),
+            "dataset": args.dataset,
+            "train": len(images),
+            "test": len(test_images),
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "learning_rate": learning_rate,
+            "backbone": args.preset
+            or f"ViTBackbone({args.layers} layers, {args.dim}, patches {args.patch_size})",
+            "frozen_backbone": args.freeze_backbone,
+            "seed": args.seed,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -28,12 +28,9 @@ Writes metrics.json (held-out accuracy, parameters, training seconds per
 model) to --output-dir (default runs/volume_capsules/<backend>).
 """
 
-import argparse
-import os
 import pathlib
-import time
 
-import atomic
+import comparison
 import keras
 import numpy as np
 
@@ -144,58 +141,44 @@ def cnn_model(shape, num_classes):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = comparison.argument_parser(__doc__, epochs=5, batch_size=16)
     parser.add_argument("--folder", help="a folder of .npy volumes per class")
     parser.add_argument("--test-fraction", type=float, default=0.2)
     parser.add_argument("--size", type=int, default=24, help="generated volumes' side")
     parser.add_argument("--noise", type=float, default=0.5)
-    parser.add_argument("--train", type=int, default=2000)
-    parser.add_argument("--test", type=int, default=500)
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output-dir")
-    args = parser.parse_args(argv)
+    parser.add_argument("--train", type=int, default=2000, help="generated training volumes")
+    parser.add_argument("--test", type=int, default=500, help="generated test volumes")
+    args = comparison.parse_args(parser, argv)
     if not 0 < args.test_fraction < 1:
         parser.error(f"--test-fraction must be in (0, 1). Received: {args.test_fraction}")
-    output_dir = args.output_dir or os.path.join("runs", "volume_capsules", keras.backend.backend())
     if args.folder:
         x, y, x_test, y_test, classes = folder_volumes(args.folder, args.test_fraction)
     else:
         x, y = generated_volumes(args.train, args.size, args.noise, args.seed)
         x_test, y_test = generated_volumes(args.test, args.size, args.noise, args.seed + 1)
         classes = list(SHAPES)
-    results = {
-        "backend": keras.backend.backend(),
-        "data": args.folder and "folder" or "generated",
-        "classes": classes,
-        "shape": list(x.shape[1:]),
-        "train": len(x),
-        "test": len(x_test),
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "seed": args.seed,
-    }
-    for build in (capsule_model, cnn_model):
-        keras.utils.set_random_seed(args.seed)
-        model = build(x.shape[1:], len(classes))
-        start = time.perf_counter()
-        model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, verbose=0)
-        seconds = time.perf_counter() - start
-        _, accuracy = model.evaluate(x_test, y_test, batch_size=64, verbose=0)
-        results[model.name] = row = {
-            "accuracy": float(accuracy),
-            "parameters": model.count_params(),
-            "train_seconds": round(seconds, 1),
-        }
-        print(
-            f"{model.name:9s} {row['parameters']:8d} parameters  held-out accuracy "
-            f"{100 * row['accuracy']:.1f} %  ({row['train_seconds']} s)",
-            flush=True,
-        )
-    os.makedirs(output_dir, exist_ok=True)
-    atomic.write_json(os.path.join(output_dir, "metrics.json"), results)
-    return results
+    return comparison.compare(
+        {
+            "capsules": lambda: capsule_model(x.shape[1:], len(classes)),
+            "cnn": lambda: cnn_model(x.shape[1:], len(classes)),
+        },
+        train=comparison.Data(x, y),
+        test=comparison.Data(x_test, y_test),
+        budget=comparison.Budget.from_args(args),
+        output_dir=comparison.output_dir(args, "volume_capsules"),
+        seed=args.seed,
+        results={
+            "backend": keras.backend.backend(),
+            "data": args.folder and "folder" or "generated",
+            "classes": classes,
+            "shape": list(x.shape[1:]),
+            "train": len(x),
+            "test": len(x_test),
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "seed": args.seed,
+        },
+    )
 
 
 if __name__ == "__main__":
