@@ -1,8 +1,8 @@
-"""Convolutional capsule layers: routing restricted to local windows."""
+"""The base of the convolutional capsule layers (`ConvCapsule1D`,
+`ConvCapsule2D`, `ConvCapsule3D`): routing restricted to local windows."""
 
 import math
 
-import keras
 from keras import ops
 
 from keras_capsules.initializers import householder_initializer, transform_initializer
@@ -13,7 +13,8 @@ from keras_capsules.validation import positive_int
 
 
 class ConvCapsule(WindowedCapsule):
-    """Shared code of ConvCapsule1D and ConvCapsule2D (see ConvCapsule2D)."""
+    """Shared code of ConvCapsule1D, ConvCapsule2D and ConvCapsule3D (see
+    ConvCapsule2D)."""
 
     def __init__(
         self,
@@ -105,195 +106,3 @@ class ConvCapsule(WindowedCapsule):
             return_activations=self.return_activations,
         )
         return config
-
-
-@keras.saving.register_keras_serializable(package="keras_capsules")
-class ConvCapsule2D(ConvCapsule):
-    """Convolutional capsules: routing inside each `k x k` window of a grid.
-
-    For the output position `p` with window children `u[b, p * s + o, t]`
-    (kernel offset `o`, child type `t`):
-
-    ```
-    votes[b, p, (o, t), j, :] = u[b, p * s + o, t, :] @ W[o, t, j]
-    poses[b, p], activations[b, p] = router(votes[b, p], a[b, p * s + o, t])
-    ```
-
-    `W: (kh, kw, types, num_capsules, in_dim, capsule_dim)`, one transform
-    per (kernel offset, child type, parent type). The router runs inside
-    each window: the `kh * kw * types` children of a window compete only
-    among the `num_capsules` parents of that window. Window positions are
-    folded into the batch axis, so the router runs once for all windows.
-    `padding="same"` pads with zero capsules (zero activations). As in
-    `Capsule`, a parent pose's length is its activation for every router
-    but EM and self-routing (`RoutedCapsule`).
-
-    Args:
-        num_capsules: int, parent capsule types per position.
-        capsule_dim: int, dimension of each parent capsule.
-        kernel_size: int or pair, the window `(kh, kw)`.
-        strides: int or pair, the window step `s`.
-        padding: `"valid"` or `"same"`.
-        router: a router, or its name or config (`keras_capsules.routing.get`);
-            default `DynamicRouting()`.
-        orthogonal: bool, parametrise each transform as the top-left block
-            of a product of `max(in_dim, capsule_dim)` Householder
-            reflections (OrthCaps, as in `Capsule`): rows (or columns)
-            exactly orthonormal at every step; the weight is then
-            `householder`, kept and read in float32 under mixed precision.
-        return_activations: bool, also return the parent activations.
-        kernel_initializer: initializer of `W` (of the Householder vectors
-            with `orthogonal=True`); `None`, the default, derives it from
-            the router as `Capsule` does, with `kh * kw * types` children
-            per window.
-        kernel_regularizer: regularizer of `W` (of the Householder vectors
-            with `orthogonal=True`), or `None`.
-        kernel_constraint: constraint on `W` (on the Householder vectors
-            with `orthogonal=True`), or `None`.
-        **kwargs: base layer arguments (`name`, `dtype`, ...).
-
-    Call arguments:
-        inputs: child poses `u` of shape `(batch, H, W, types, in_dim)`, or
-            `[poses, activations]` with activations `a` of shape
-            `(batch, H, W, types)`, passed to the router.
-
-    Returns:
-        Parent poses of shape `(batch, H', W', num_capsules, capsule_dim)`
-        (`H', W'` as for a convolution); with `return_activations=True`,
-        `(poses, activations)` with activations of shape `(batch, H', W',
-        num_capsules)`.
-
-    Example:
-
-    >>> u = keras.Input((8, 8, 4, 8))
-    >>> keras_capsules.layers.ConvCapsule2D(6, 8, 3, strides=2)(u).shape
-    (None, 3, 3, 6, 8)
-    >>> layer = keras_capsules.layers.ConvCapsule2D(6, 8, 3, strides=2, return_activations=True)
-    >>> [t.shape for t in layer(u)]
-    [(None, 3, 3, 6, 8), (None, 3, 3, 6)]
-
-    References: LaLonde & Bagci, "Capsules for Object Segmentation"
-    (SegCaps, 2018), locally-constrained routing; Hinton, Sabour & Frosst,
-    "Matrix capsules with EM routing", ICLR 2018, convolutional capsules.
-    """
-
-    rank = 2
-
-
-@keras.saving.register_keras_serializable(package="keras_capsules")
-class ConvCapsule1D(ConvCapsule):
-    """Windowed routing over a capsule sequence (1-D convolutional capsules).
-
-    As `ConvCapsule2D` with one grid axis. The children of each window of
-    `kernel_size` positions, moved by `strides`, vote with `W: (kernel_size,
-    types, num_capsules, in_dim, capsule_dim)` and route among the window's
-    parents:
-
-    ```
-    votes[b, p, (o, t), j, :] = u[b, p * s + o, t, :] @ W[o, t, j]
-    poses[b, p], activations[b, p] = router(votes[b, p], a[b, p * s + o, t])
-    ```
-
-    Args:
-        num_capsules, capsule_dim, router, orthogonal, return_activations,
-        kernel_initializer, kernel_regularizer, kernel_constraint: as for
-        `ConvCapsule2D`.
-        kernel_size: int, the window length (positions per window).
-        strides: int, the window step `s`.
-        padding: `"valid"` or `"same"`.
-        **kwargs: base layer arguments (`name`, `dtype`, ...).
-
-    Call arguments:
-        inputs: child poses of shape `(batch, L, types, in_dim)`, or a plain
-            capsule sequence `(batch, L, in_dim)` (one type); or `[poses,
-            activations]` with activations of shape `(batch, L, types)` (or
-            `(batch, L)`), passed to the router.
-
-    Returns:
-        Parent poses of shape `(batch, L', num_capsules, capsule_dim)` (`L'`
-        as for a convolution); with `return_activations=True`, `(poses,
-        activations)` with activations of shape `(batch, L', num_capsules)`.
-
-    Example:
-
-    >>> u = keras.Input((10, 8))        # 10 capsules of 8D in sequence
-    >>> keras_capsules.layers.ConvCapsule1D(4, 6, 3, strides=2)(u).shape
-    (None, 4, 4, 6)
-
-    Reference: LaLonde & Bagci, "Capsules for Object Segmentation", 2018
-    (locally-constrained routing), here on one axis.
-    """
-
-    rank = 1
-
-    def _grid_shapes(self, input_shape):
-        poses_shape, activations_shape = split_capsule_inputs(input_shape)
-        if len(poses_shape) == 3:  # (batch, N, dim): one capsule type
-            poses_shape = (*poses_shape[:2], 1, poses_shape[2])
-            if activations_shape is not None:
-                activations_shape = (*tuple(activations_shape), 1)
-            input_shape = (
-                poses_shape if activations_shape is None else [poses_shape, activations_shape]
-            )
-        return super()._grid_shapes(input_shape)
-
-    def _to_grid(self, poses, activations):
-        if len(poses.shape) == 3:
-            poses = ops.expand_dims(poses, 2)
-            if activations is not None:
-                activations = ops.expand_dims(activations, 2)
-        return poses, activations
-
-
-@keras.saving.register_keras_serializable(package="keras_capsules")
-class ConvCapsule3D(ConvCapsule):
-    """Windowed routing over a volume of capsules (3-D convolutional capsules).
-
-    As `ConvCapsule2D` with three grid axes. The children of each window of
-    `kd x kh x kw` positions, moved by `strides`, vote with `W: (kd, kh,
-    kw, types, num_capsules, in_dim, capsule_dim)` and route among the
-    window's parents; window positions are folded into the batch axis, so
-    the router runs once for all windows:
-
-    ```
-    votes[b, p, (o, t), j, :] = u[b, p * s + o, t, :] @ W[o, t, j]
-    poses[b, p], activations[b, p] = router(votes[b, p], a[b, p * s + o, t])
-    ```
-
-    The votes of a step hold `batch * D' * H' * W' * kd * kh * kw * types *
-    num_capsules * capsule_dim` numbers, 27 times a grid's parents for a
-    3x3x3 window: `benchmarks/` measures what fits in memory.
-
-    Args:
-        num_capsules, capsule_dim, router, orthogonal, return_activations,
-        kernel_initializer, kernel_regularizer, kernel_constraint: as for
-        `ConvCapsule2D`.
-        kernel_size: int or triple, the window `(kd, kh, kw)`.
-        strides: int or triple, the window step `s`.
-        padding: `"valid"` or `"same"`.
-        **kwargs: base layer arguments (`name`, `dtype`, ...).
-
-    Call arguments:
-        inputs: child poses `u` of shape `(batch, D, H, W, types, in_dim)`
-            (e.g. `PrimaryCapsule3D(..., grid=True)`), or `[poses,
-            activations]` with activations of shape `(batch, D, H, W,
-            types)`, passed to the router.
-
-    Returns:
-        Parent poses of shape `(batch, D', H', W', num_capsules,
-        capsule_dim)` (`D', H', W'` as for a convolution); with
-        `return_activations=True`, `(poses, activations)` with activations
-        of shape `(batch, D', H', W', num_capsules)`.
-
-    Example:
-
-    >>> u = keras.Input((6, 6, 6, 4, 8))
-    >>> keras_capsules.layers.ConvCapsule3D(5, 8, 3, strides=2)(u).shape
-    (None, 2, 2, 2, 5, 8)
-
-    Reference: LaLonde & Bagci, "Capsules for Object Segmentation", 2018
-    (locally-constrained routing), here on three axes as in 3-D capsule
-    networks for volumes (e.g. Afshar et al., "3D-MCN", 2020).
-    """
-
-    rank = 3
