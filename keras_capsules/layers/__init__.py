@@ -18,6 +18,7 @@ from keras_capsules.layers.local_capsule_2d import LocalCapsule2D
 from keras_capsules.layers.local_deconv_capsule_2d import LocalDeconvCapsule2D
 from keras_capsules.layers.local_reference_frames import LocalReferenceFrames
 from keras_capsules.layers.mask import Mask
+from keras_capsules.layers.patch_decoder import PatchDecoder
 from keras_capsules.layers.point_primary_capsule import PointPrimaryCapsule
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.layers.primary_capsule_1d import PrimaryCapsule1D

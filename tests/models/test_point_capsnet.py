@@ -1,7 +1,8 @@
 """PointCapsNet (Zhao et al., 2019): the authors' module (fixture) gives the
 same capsules and points, their parameter count, training on generated
 shapes with compile()'s defaults, clouds of any size and masks, saving,
-mixed precision, bad inputs; its layers on their own."""
+mixed precision, bad inputs; its primary capsules on their own
+(`PatchDecoder`: tests/layers/test_patch_decoder.py)."""
 
 import pathlib
 
@@ -12,7 +13,7 @@ import pytest
 import keras_capsules as kc
 from keras_capsules.convert import point_capsnet as convert
 from keras_capsules.layers import PointPrimaryCapsule
-from keras_capsules.models import PatchDecoder, PointCapsNet
+from keras_capsules.models import PointCapsNet
 from tests.test_case import BACKEND, LayerTestCase, round_trip, to_numpy
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
@@ -149,17 +150,6 @@ class TestPointLayers(LayerTestCase):
             (2, 8, 4),
             expected_num_trainable_weights=4,
             expected_num_non_trainable_weights=2,
-        )
-
-    def test_patch_decoder(self):
-        self.run_layer_test(
-            PatchDecoder,
-            {"patches": 3, "seed": 0},
-            np.random.default_rng(0).normal(size=(2, 4, 8)).astype("float32"),
-            (2, 12, 3),
-            run_training_check=False,
-            expected_num_trainable_weights=14,
-            expected_num_non_trainable_weights=6,
         )
 
 
