@@ -122,3 +122,33 @@ def check_grid(layer_name, spatial, kernel_size, strides, padding):
     if any(n is None for n in spatial):
         raise ValueError(f"{layer_name} needs a known grid size. Received: grid={tuple(spatial)}")
     return check_kernel_fits(layer_name, "capsule", spatial, kernel_size, strides, padding)
+
+
+def check_activations_shape(name, of, shape, activations_shape):
+    """Raises unless activations are `(batch, in_caps)` for the `of` tensor
+    (votes or poses) of shape `(batch, in_caps, ...)`; sizes that are `None`
+    match anything.
+
+    Args:
+        name: the router's or layer's class name, for the message.
+        of: `"votes"` or `"poses"`, for the message.
+        shape: the shape of that tensor.
+        activations_shape: the activations' shape, or `None` (no check).
+
+    Example:
+
+    >>> from keras_capsules.validation import check_activations_shape
+    >>> check_activations_shape("EMRouting", "votes", (2, 6, 3, 16), (None, 6))  # passes
+    """
+    if activations_shape is None:
+        return
+    activations_shape, shape = tuple(activations_shape), tuple(shape)
+    expected = shape[:2]
+    if len(activations_shape) != 2 or not all(
+        None in (a, e) or a == e for a, e in zip(activations_shape, expected)
+    ):
+        raise ValueError(
+            f"{name} expects activations of shape (batch, in_caps) = {expected} "
+            f"for {of}.shape={shape}. "
+            f"Received: activations.shape={activations_shape}"
+        )

@@ -10,8 +10,7 @@ from keras_capsules.layers.base_routed_capsule import (
     split_capsule_inputs,
 )
 from keras_capsules.ops import compute_dtype_for, householder_orthogonal
-from keras_capsules.routing.base import check_activations_shape
-from keras_capsules.validation import positive_int
+from keras_capsules.validation import check_activations_shape, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

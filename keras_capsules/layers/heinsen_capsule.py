@@ -5,8 +5,7 @@ from keras import ops
 
 from keras_capsules.layers.base_routed_capsule import RoutedCapsule, split_capsule_inputs
 from keras_capsules.ops import compute_dtype_for
-from keras_capsules.routing.base import check_activations_shape
-from keras_capsules.validation import boolean, positive_int
+from keras_capsules.validation import boolean, check_activations_shape, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.ops import compute_dtype_for
+from keras_capsules.validation import check_activations_shape
 
 
 class Router(keras.layers.Layer):
@@ -319,34 +320,4 @@ def check_votes_shape(votes_shape, name):
         raise ValueError(
             f"{name} expects votes of shape (batch, in_caps, out_caps, dim). "
             f"Received: votes.shape={tuple(votes_shape)}"
-        )
-
-
-def check_activations_shape(name, of, shape, activations_shape):
-    """Raises unless activations are `(batch, in_caps)` for the `of` tensor
-    (votes or poses) of shape `(batch, in_caps, ...)`; sizes that are `None`
-    match anything.
-
-    Args:
-        name: the router's or layer's class name, for the message.
-        of: `"votes"` or `"poses"`, for the message.
-        shape: the shape of that tensor.
-        activations_shape: the activations' shape, or `None` (no check).
-
-    Example:
-
-    >>> from keras_capsules.routing.base import check_activations_shape
-    >>> check_activations_shape("EMRouting", "votes", (2, 6, 3, 16), (None, 6))  # passes
-    """
-    if activations_shape is None:
-        return
-    activations_shape, shape = tuple(activations_shape), tuple(shape)
-    expected = shape[:2]
-    if len(activations_shape) != 2 or not all(
-        None in (a, e) or a == e for a, e in zip(activations_shape, expected)
-    ):
-        raise ValueError(
-            f"{name} expects activations of shape (batch, in_caps) = {expected} "
-            f"for {of}.shape={shape}. "
-            f"Received: activations.shape={activations_shape}"
         )
