@@ -107,3 +107,68 @@ def test_no_import_cycle():
         if module not in state:
             visit(module)
     assert not cycles, "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+# One public class per module, named after it (keras-hub's style guide): a
+# module of these packages defines at most one class whose name does not
+# start with `_`, and the module is that class's name in snake case
+# (`ConvMatrixCapsule` in `conv_matrix_capsule.py`; digits as in
+# `conv_capsule_2d.py` or `auto_conv2d.py`). Helpers that several classes
+# share go in a private module (`layers/_matrix_pose.py`), a helper class
+# is private (`_Name`). A router's module is named for its short name
+# (`routing.get("dynamic")`), the class adding `Routing`: `DynamicRouting`
+# in `routing/dynamic.py`. Modules without a class (`routing/registry.py`,
+# the backward passes, the presets' tables) pass.
+ONE_CLASS_PACKAGES = ("layers", "routing", "models")
+# Modules whose one public class is not named after the module, and why.
+CLASS_NAME_EXCEPTIONS = {
+    # The router contract. `routing.base` is the routers' documented base
+    # module (`routing.base.describe`, `check_votes_shape`), imported under
+    # that name by every router and by the routed layers.
+    "keras_capsules.routing.base": "Router",
+    # The routed layers' base, named as a base (`layers.RoutedCapsule`);
+    # docs/architecture.md and CONTRIBUTING.md name its module, the home of
+    # `split_capsule_inputs`.
+    "keras_capsules.layers.base_routed_capsule": "RoutedCapsule",
+    # The preset registry (`from_preset`, `list_presets`,
+    # `register_presets`); `Preset` is its record, not what it is named for.
+    "keras_capsules.models.presets": "Preset",
+}
+
+
+def _public_classes(path):
+    """The names of the classes defined at the top of the module at `path`
+    whose names do not start with `_`."""
+    tree = ast.parse(path.read_text())
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_")
+    ]
+
+
+def _named_after(class_name, path):
+    stem = path.stem.replace("_", "")
+    names = {stem, stem + "routing"} if path.parent.name == "routing" else {stem}
+    return class_name.lower() in names
+
+
+def test_one_public_class_per_module_named_after_it():
+    wrong = []
+    for package in ONE_CLASS_PACKAGES:
+        for path in sorted((PACKAGE / package).rglob("*.py")):
+            module, classes = _module_name(path), _public_classes(path)
+            if len(classes) > 1:
+                wrong.append(f"{module} defines {len(classes)} public classes: {classes}")
+            elif classes and not (
+                _named_after(classes[0], path) or CLASS_NAME_EXCEPTIONS.get(module) == classes[0]
+            ):
+                wrong.append(f"{module} defines {classes[0]}, not named after it")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_one_class_exceptions_are_still_needed():
+    for module, class_name in CLASS_NAME_EXCEPTIONS.items():
+        path = ROOT.joinpath(*module.split(".")).with_suffix(".py")
+        assert _public_classes(path) == [class_name], module
+        assert not _named_after(class_name, path), module
