@@ -56,7 +56,7 @@ def add_arguments(parser):
 
 def build_model(args):
     return HeinsenCapsNet(
-        (96, 96, 2), len(data.SMALLNORB_CLASSES), parts=args.parts, channels=args.channels
+        (96, 96, 2), len(data.SMALLNORB_CLASSES), num_parts=args.parts, channels=args.channels
     )
 
 

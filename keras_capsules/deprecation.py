@@ -47,3 +47,33 @@ def renamed(kwargs, old, new, value, owner):
         stacklevel=3,
     )
     return old_value
+
+
+def renamed_function(function, old, module):
+    """`function` under its old name `old`: the same call, with a
+    `DeprecationWarning` naming the new one (`module.function`).
+
+    Example:
+
+    >>> from keras_capsules.deprecation import renamed_function
+    >>> old_len = renamed_function(len, "old_len", "builtins")
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     old_len([1, 2])
+    2
+    >>> str(caught[0].message)
+    'builtins.old_len is renamed builtins.len (old_len goes in 0.4.0).'
+    """
+
+    def alias(*args, **kwargs):
+        warnings.warn(
+            f"{module}.{old} is renamed {module}.{function.__name__} ({old} goes in {REMOVED_IN}).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return function(*args, **kwargs)
+
+    alias.__name__ = old
+    alias.__doc__ = f"Deprecated: `{module}.{function.__name__}`, under its 0.2.0 name."
+    return alias

@@ -8,17 +8,22 @@ NumPy arrays:
 - `keras_h5.read_weights(path)`: a Keras 2 HDF5 weights file (`.h5`).
 
 The maps of authors' names and layouts into ours check every name and
-shape, and `load_into(model, ...)` sets a ready model's variables through
-its public layers (the models' `load_authors_weights` call them; this
-package imports no model):
+shape, and each has one entry point, `<source>.load_authors_weights(target,
+path)`, that reads the authors' file and sets a ready model's (or a
+layer's) variables through its public layers (the models'
+`load_authors_weights` call them; this package imports no model):
 
 - `escvm`: Mazzia et al.'s released smallNORB Efficient-CapsNet, for
   `EfficientCapsNet(architecture="smallnorb")`.
-- `heinsen`: Heinsen's released smallNORB classifier, for `HeinsenCapsNet`.
+- `heinsen`: Heinsen's released smallNORB classifier, for `HeinsenCapsNet`
+  (`load_state_dict(model, state_dict)` for a state dict already read).
 - `point_capsnet`: Zhao et al.'s 3D point capsule network, for
-  `models.PointCapsNet` (`load_authors_weights(model, path)`).
+  `models.PointCapsNet`.
 - `vector_routing`: Heinsen's `EfficientVectorRouting` (2022), for
-  `layers.VectorRouting` (`load_authors_weights(layer, path)`).
+  `layers.VectorRouting` (`prefix=` for a routing inside a larger module).
+
+0.2.0's `escvm.load_into(model, path)` and `heinsen.load_into(model,
+state_dict)` still work, with a `DeprecationWarning`.
 
 And this library's own older files: `keras_v0_1.upgrade(path, new_path)`
 rewrites a `.keras` file saved by keras-capsules 0.1.0 so that it loads.

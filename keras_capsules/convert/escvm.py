@@ -2,7 +2,7 @@
 mapped into `keras_capsules.models.EfficientCapsNet(architecture="smallnorb")`.
 
 `smallnorb_weights` checks the authors' names and shapes and changes the
-layouts (NumPy only); `load_into` reads their file and sets a model's
+layouts (NumPy only); `load_authors_weights` reads their file and sets a model's
 variables (`EfficientCapsNet.load_authors_weights` calls it). The model is
 reached through its public layers only: this module imports no model.
 """
@@ -10,6 +10,7 @@ reached through its public layers only: this module imports no model.
 import numpy as np
 
 from keras_capsules.convert.keras_h5 import read_weights
+from keras_capsules.deprecation import renamed_function
 
 SOURCE = "EscVM/Efficient-CapsNet, bin/efficient_capsnet_SMALLNORB.h5 at commit 4b337f5"
 
@@ -161,7 +162,7 @@ def model_variables(model):
     return variables
 
 
-def load_into(model, path):
+def load_authors_weights(model, path):
     """Sets every weight of `model`, an `EfficientCapsNet(architecture=
     "smallnorb")` with its defaults, from the authors' released file.
 
@@ -201,3 +202,6 @@ def load_into(model, path):
         updates.append((variable, value))
     for variable, value in updates:
         variable.assign(value.astype(variable.dtype))
+
+
+load_into = renamed_function(load_authors_weights, "load_into", __name__)

@@ -4,12 +4,15 @@ The official `SmallNORBClassifier` (github.com/glassroom/heinsen_routing,
 `models.py` at commit cd3420d) names its weights after its
 `nn.Sequential` indices. `heinsen_weights` checks every name and shape of
 such a state dict and returns the arrays in this library's layout, keyed
-`"<layer name>/<weight name>"` of `HeinsenCapsNet`; `load_into` sets them
+`"<layer name>/<weight name>"` of `HeinsenCapsNet`; `load_authors_weights` sets them
 (`HeinsenCapsNet.load_authors_weights` calls it). The model is reached
 through its public layers only: this module imports no model.
 """
 
 import numpy as np
+
+from keras_capsules.convert.torch_zip import read_state_dict
+from keras_capsules.deprecation import renamed_function
 
 # The author's buffers that hold no weight: BatchNorm's step counters and
 # each routing's constant 1 / n_out.
@@ -141,7 +144,22 @@ def heinsen_weights(state_dict, num_classes=5, parts=64, channels=64, image_chan
     return weights
 
 
-def load_into(model, state_dict):
+def load_authors_weights(model, path):
+    """Sets every weight of `model`, a `HeinsenCapsNet`, from the author's
+    released `.pt` file (read without pickle by
+    `torch_zip.read_state_dict`; see `load_state_dict`).
+
+    Args:
+        model: the model.
+        path: the author's state dict file of the model's sizes.
+
+    Returns:
+        the model.
+    """
+    return load_state_dict(model, read_state_dict(path))
+
+
+def load_state_dict(model, state_dict):
     """Sets every weight of `model`, a `HeinsenCapsNet`, from the author's
     state dict of its sizes (`heinsen_weights` checks every key and shape
     first).
@@ -157,7 +175,7 @@ def load_into(model, state_dict):
     weights = heinsen_weights(
         state_dict,
         num_classes=model.num_classes,
-        parts=model.parts,
+        parts=model.num_parts,
         channels=model.channels,
         image_channels=model.image_shape[-1],
     )
@@ -174,3 +192,6 @@ def load_into(model, state_dict):
     for name, array in weights.items():
         variables[name].assign(array)
     return model
+
+
+load_into = renamed_function(load_state_dict, "load_into", __name__)

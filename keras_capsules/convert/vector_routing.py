@@ -55,7 +55,7 @@ def authors_weights(state_dict, layer, prefix=""):
     Raises:
         ValueError: naming the key, for a missing or unexpected key, a
             shape that is not the layer's, or a constant that is not
-            `1 / num_outputs`.
+            `1 / num_capsules`.
     """
     entries = {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
     if not entries:
@@ -65,9 +65,11 @@ def authors_weights(state_dict, layer, prefix=""):
     for key, array in entries.items():
         array = np.asarray(array)
         if key == _CONSTANT:
-            if array.shape != (layer.num_outputs,) or not np.allclose(array, 1 / layer.num_outputs):
+            if array.shape != (layer.num_capsules,) or not np.allclose(
+                array, 1 / layer.num_capsules
+            ):
                 raise ValueError(
-                    f"{prefix}{key} must be {layer.num_outputs} values of 1/{layer.num_outputs}. "
+                    f"{prefix}{key} must be {layer.num_capsules} values of 1/{layer.num_capsules}. "
                     f"Received: an array of shape {array.shape}"
                 )
             continue
@@ -114,7 +116,7 @@ def load_authors_weights(layer, path, prefix=""):
     Example:
 
     ```python
-    layer = keras_capsules.layers.VectorRouting(num_outputs=32, output_dim=64)
+    layer = keras_capsules.layers.VectorRouting(num_capsules=32, capsule_dim=64)
     keras_capsules.convert.vector_routing.load_authors_weights(layer, "routing.pt")
     ```
     """

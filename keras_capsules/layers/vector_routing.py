@@ -7,6 +7,7 @@ import math
 import keras
 from keras import ops
 
+from keras_capsules.deprecation import renamed
 from keras_capsules.ops import compute_dtype_for, layer_norm
 from keras_capsules.validation import boolean, positive_int
 
@@ -16,17 +17,17 @@ _NORM_EPSILON = 1e-5
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class VectorRouting(keras.layers.Layer):
-    """Routes a sequence of vectors to `num_outputs` vectors (Heinsen, 2022).
+    """Routes a sequence of vectors to `num_capsules` vectors (Heinsen, 2022).
 
     Inputs `x` of shape `(batch, n, input_dim)` (hidden states of a
     transformer, tokens, points, capsules of any kind) are routed to
-    `num_outputs` vectors of `output_dim`. With `j` the outputs, `i` the
+    `num_capsules` vectors of `capsule_dim`. With `j` the outputs, `i` the
     inputs, `s = x / sqrt(n)`, `W`/`B` learned:
 
     ```
     a_i   = s_i . w_a(i) + b_a(i)                    input activations
     V_ij  = (s_i * W_F1[j]) @ W_F2 + B_F2[j]           votes (never formed)
-    R_ij  = 1 / num_outputs                            first iteration
+    R_ij  = 1 / num_capsules                            first iteration
     R_ij  = softmax_j(log_sigmoid((x_i . P_j) w_s(i, j) + b_s(i, j)))
             P_j = (N(out_j) @ W_G1) * W_G2[j] + B_G2[j]  later iterations
     D_use = sigmoid(a_i) R_ij,  D_ign = sigmoid(a_i) - D_use
@@ -38,8 +39,8 @@ class VectorRouting(keras.layers.Layer):
     `N` is a layer normalisation without parameters (epsilon 1e-5); the
     outputs are normalised so too when `normalize=True`. The last line is
     why memory grows only linearly in `n`: the sum over the inputs is
-    taken before the votes' matrix product, so no `(n, num_outputs,
-    output_dim)` tensor is ever formed.
+    taken before the votes' matrix product, so no `(n, num_capsules,
+    capsule_dim)` tensor is ever formed.
 
     With `num_inputs=None` any number of inputs is routed: the per-input
     parameters `w_a`, `b_a`, `w_s`, `b_s` are shared by every position,
@@ -63,8 +64,9 @@ class VectorRouting(keras.layers.Layer):
     .load_authors_weights` reads their `EfficientVectorRouting` state dict.
 
     Args:
-        num_outputs: int, the number of output vectors.
-        output_dim: int, their dimension.
+        num_capsules: int, the number of output vectors (capsules);
+            formerly `num_outputs`.
+        capsule_dim: int, their dimension; formerly `output_dim`.
         iterations: int >= 1, routing iterations; the first routes
             uniformly (default 2, the authors').
         num_inputs: `None` (any number, the default) or the fixed number of
@@ -77,11 +79,11 @@ class VectorRouting(keras.layers.Layer):
         mask: optional booleans `(batch, n)`, `True` = keep; a Keras mask of
             the inputs is used when not given.
         return_coefficients: bool, also return `phi`, the credit assigned
-            to each input for each output, `(batch, n, num_outputs)` (0 for
+            to each input for each output, `(batch, n, num_capsules)` (0 for
             dropped inputs).
 
     Returns:
-        `(batch, num_outputs, output_dim)`, and with `return_coefficients`
+        `(batch, num_capsules, capsule_dim)`, and with `return_coefficients`
         the pair `(outputs, phi)`.
 
     Example (a text classifier routing token embeddings of any length):
@@ -97,11 +99,14 @@ class VectorRouting(keras.layers.Layer):
     """
 
     def __init__(
-        self, num_outputs, output_dim, iterations=2, num_inputs=None, normalize=True, **kwargs
-    ):
+        self, num_capsules=None, capsule_dim=None, iterations=2, num_inputs=None, normalize=True,
+        **kwargs,
+    ):  # fmt: skip
+        num_capsules = renamed(kwargs, "num_outputs", "num_capsules", num_capsules, "VectorRouting")
+        capsule_dim = renamed(kwargs, "output_dim", "capsule_dim", capsule_dim, "VectorRouting")
         super().__init__(**kwargs)
-        self.num_outputs = positive_int(num_outputs, "num_outputs")
-        self.output_dim = positive_int(output_dim, "output_dim")
+        self.num_capsules = positive_int(num_capsules, "num_capsules")
+        self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.iterations = positive_int(iterations, "iterations")
         self.num_inputs = None if num_inputs is None else positive_int(num_inputs, "num_inputs")
         self.normalize = boolean(normalize, "normalize")
@@ -121,7 +126,7 @@ class VectorRouting(keras.layers.Layer):
                 f"per sequence. Received: input_shape={tuple(input_shape)}"
             )
         self.input_dim = dim
-        rows, n_out, d_out = self.num_inputs or 1, self.num_outputs, self.output_dim
+        rows, n_out, d_out = self.num_inputs or 1, self.num_capsules, self.capsule_dim
 
         def normal(stddev):
             return keras.initializers.RandomNormal(stddev=stddev)
@@ -187,7 +192,7 @@ class VectorRouting(keras.layers.Layer):
         outputs, phi = None, None
         for iteration in range(self.iterations):
             if iteration == 0:
-                shares = ops.full((1, 1, self.num_outputs), 1.0 / self.num_outputs, dtype=dtype)
+                shares = ops.full((1, 1, self.num_capsules), 1.0 / self.num_capsules, dtype=dtype)
             else:
                 predicted = ops.matmul(self._norm(outputs), w(self.prediction_kernel))
                 predicted = predicted * w(self.prediction_scale) + w(self.prediction_bias)
@@ -210,27 +215,27 @@ class VectorRouting(keras.layers.Layer):
     def _norm(self, x):
         """`ops.layer_norm` over the last axis (the identity for 1-D
         outputs, as the authors')."""
-        return x if self.output_dim == 1 else layer_norm(x, _NORM_EPSILON)
+        return x if self.capsule_dim == 1 else layer_norm(x, _NORM_EPSILON)
 
     def compute_mask(self, inputs, mask=None):
         return None  # the outputs are a fixed number of vectors
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.num_outputs, self.output_dim)
+        return (input_shape[0], self.num_capsules, self.capsule_dim)
 
     def compute_output_spec(self, inputs, mask=None, return_coefficients=False):
         shape = tuple(inputs.shape)
         outputs = keras.KerasTensor(self.compute_output_shape(shape), dtype=self.compute_dtype)
         if not return_coefficients:
             return outputs
-        phi = keras.KerasTensor((shape[0], shape[1], self.num_outputs), dtype=self.compute_dtype)
+        phi = keras.KerasTensor((shape[0], shape[1], self.num_capsules), dtype=self.compute_dtype)
         return outputs, phi
 
     def get_config(self):
         config = super().get_config()
         config.update(
-            num_outputs=self.num_outputs,
-            output_dim=self.output_dim,
+            num_capsules=self.num_capsules,
+            capsule_dim=self.capsule_dim,
             iterations=self.iterations,
             num_inputs=self.num_inputs,
             normalize=self.normalize,

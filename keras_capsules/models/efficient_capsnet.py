@@ -263,7 +263,7 @@ class EfficientCapsNet(CapsuleClassifier):
         `path`: the Keras 2 weights file Mazzia et al. released,
         `bin/efficient_capsnet_SMALLNORB.h5` of EscVM/Efficient-CapsNet
         (commit 4b337f5, Apache-2.0), read and mapped by
-        `keras_capsules.convert.escvm.load_into`: the encoder
+        `keras_capsules.convert.escvm.load_authors_weights`: the encoder
         (`CapsNet/...`) and, when the model has a decoder, the generator
         (`Generator/...`). The model must be
         `EfficientCapsNet(architecture="smallnorb")` with its defaults
@@ -280,7 +280,7 @@ class EfficientCapsNet(CapsuleClassifier):
                 'with EfficientCapsNet(architecture="smallnorb"). Received: '
                 f"architecture={self.architecture!r}"
             )
-        escvm.load_into(self, path)
+        escvm.load_authors_weights(self, path)
 
 
 register_presets(EFFICIENT_CAPSNET_PRESETS, EfficientCapsNet)

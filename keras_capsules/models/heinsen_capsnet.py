@@ -5,7 +5,8 @@ from keras import ops
 
 from keras_capsules import routing
 from keras_capsules.conv import IMPLEMENTATIONS
-from keras_capsules.convert import heinsen, torch_zip
+from keras_capsules.convert import heinsen
+from keras_capsules.deprecation import renamed
 from keras_capsules.layers.auto_conv2d import AutoConv2D
 from keras_capsules.layers.heinsen_capsule import HeinsenCapsule
 from keras_capsules.models.capsule_model import CapsuleModel
@@ -67,7 +68,8 @@ class HeinsenCapsNet(CapsuleModel):
         input_shape: image shape `(height, width, channels)`, channels
             last; smallNORB's stereo pairs `(96, 96, 2)`.
         num_classes: number of class capsules (smallNORB: 5).
-        parts: capsules per position of the part layer (`n_parts`).
+        num_parts: capsules per position of the part layer (`n_parts`;
+            formerly `parts`).
         channels: channels of the six convolutions (`d_chns`).
         router: the router of both capsule layers, or its name or config
             (`keras_capsules.routing.get`): each layer gets its own copy
@@ -92,7 +94,7 @@ class HeinsenCapsNet(CapsuleModel):
     Example (small sizes; the defaults are the author's):
 
     >>> model = keras_capsules.models.HeinsenCapsNet(
-    ...     (32, 32, 2), num_classes=3, parts=4, channels=8)
+    ...     (32, 32, 2), num_classes=3, num_parts=4, channels=8)
     >>> images = np.random.default_rng(0).uniform(size=(2, 32, 32, 2))
     >>> model.predict(images, verbose=0).shape  # the scores a_out
     (2, 3)
@@ -129,14 +131,15 @@ class HeinsenCapsNet(CapsuleModel):
         self,
         input_shape=(96, 96, 2),
         num_classes=5,
-        parts=64,
+        num_parts=None,
         channels=64,
         router=None,
         implementation="auto",
         **kwargs,
     ):
+        num_parts = renamed(kwargs, "parts", "num_parts", num_parts, "HeinsenCapsNet")
         super().__init__(input_shape, num_classes, **kwargs)
-        self.parts = positive_int(parts, "parts")
+        self.num_parts = positive_int(64 if num_parts is None else num_parts, "num_parts")
         self.channels = positive_int(channels, "channels")
         # A config: each capsule layer gets its own copy (the router has weights).
         self.router_config = None if router is None else routing.serialize(routing.get(router))
@@ -164,19 +167,19 @@ class HeinsenCapsNet(CapsuleModel):
                 f"Received: input_shape={self.image_shape}"
             )
         a = keras.layers.BatchNormalization(**_BATCH_NORM, name="scores_bn", dtype=dtype)(x)
-        a = keras.layers.Conv2D(self.parts, 1, name="scores_conv", dtype=dtype)(a)
+        a = keras.layers.Conv2D(self.num_parts, 1, name="scores_conv", dtype=dtype)(a)
         mu = keras.layers.BatchNormalization(**_BATCH_NORM, name="poses_bn", dtype=dtype)(x)
-        mu = keras.layers.Conv2D(self.parts * 16, 1, name="poses_conv", dtype=dtype)(mu)
-        children = self.parts * grid[0] * grid[1]
+        mu = keras.layers.Conv2D(self.num_parts * 16, 1, name="poses_conv", dtype=dtype)(mu)
+        children = self.num_parts * grid[0] * grid[1]
         # (batch, H, W, parts) -> (batch, parts * H * W): the author's order.
         a = keras.layers.Permute((3, 1, 2), dtype=dtype)(a)
         a = keras.layers.Reshape((children,), dtype=dtype)(a)
         # (batch, H, W, parts * 16) -> (batch, parts, H, W, 4, 4) -> children.
-        mu = keras.layers.Reshape((*grid, self.parts, 4, 4), dtype=dtype)(mu)
+        mu = keras.layers.Reshape((*grid, self.num_parts, 4, 4), dtype=dtype)(mu)
         mu = keras.layers.Permute((3, 1, 2, 4, 5), dtype=dtype)(mu)
         mu = keras.layers.Reshape((children, 4, 4), dtype=dtype)(mu)
         mu, a = HeinsenCapsule(
-            self.parts,
+            self.num_parts,
             4,
             router=self._router(share_weights=True),
             share_weights=True,
@@ -246,12 +249,12 @@ class HeinsenCapsNet(CapsuleModel):
         Returns:
             the model.
         """
-        return self.load_authors_state_dict(torch_zip.read_state_dict(path))
+        return heinsen.load_authors_weights(self, path)
 
     def load_authors_state_dict(self, state_dict):
         """Sets every weight from the author's state dict, `{name: numpy
         array}` of his `SmallNORBClassifier` of this model's sizes, mapped
-        by `keras_capsules.convert.heinsen.load_into` (which raises a
+        by `keras_capsules.convert.heinsen.load_state_dict` (which raises a
         `ValueError` naming the key on a missing or unexpected key or a
         wrong shape).
 
@@ -261,12 +264,12 @@ class HeinsenCapsNet(CapsuleModel):
         Returns:
             the model.
         """
-        return heinsen.load_into(self, state_dict)
+        return heinsen.load_state_dict(self, state_dict)
 
     def get_config(self):
         config = super().get_config()
         config.update(
-            parts=self.parts,
+            num_parts=self.num_parts,
             channels=self.channels,
             router=self.router_config,
         )

@@ -1,10 +1,13 @@
 """Rotation-invariant point-cloud classification with quaternion capsules
 (Zhao et al., 2020)."""
 
+import warnings
+
 import keras
 from keras import ops
 
-from keras_capsules import point_cloud
+from keras_capsules import point_cloud, routing
+from keras_capsules.deprecation import REMOVED_IN, renamed
 from keras_capsules.layers.local_reference_frames import LocalReferenceFrames
 from keras_capsules.layers.quaternion_capsule import QuaternionCapsule
 from keras_capsules.losses import SpreadLoss
@@ -21,7 +24,7 @@ class QuaternionCapsuleClassifier(CapsuleTask):
     points  (batch, n, 3), centred on their mean
     frames = LocalReferenceFrames(frame_neighbors)(points)      a rotation per point
     patches: the first num_patches points, each with its patch_size nearest points
-    patch capsules = QuaternionCapsule(capsules)(offsets to the patch's point,
+    patch capsules = QuaternionCapsule(primary_capsules)(offsets to the patch's point,
                                                  the points' frames, activations 1)
     class capsules = QuaternionCapsule(num_classes)(the patch points' positions,
                                                     the patch capsules, their activations)
@@ -50,11 +53,14 @@ class QuaternionCapsuleClassifier(CapsuleTask):
 
     Args:
         num_classes: number of classes, `>= 2`.
-        capsules: capsule types per patch.
+        primary_capsules: capsule types per patch (formerly `capsules`).
         num_patches: patches per cloud (`<=` the points per cloud).
         patch_size: points per patch.
         frame_neighbors: neighbourhood of the local reference frames.
-        iterations: routing iterations of both capsule layers.
+        router: the router of both capsule layers (each gets its own
+            copy): a `routing.QuaternionRouting` or its config; default
+            `QuaternionRouting(iterations=3)`. (`iterations=n`, the former
+            argument, gives `QuaternionRouting(n)`.)
         **kwargs: `keras.Model` arguments (`name`, `dtype`).
 
     Call arguments:
@@ -70,7 +76,7 @@ class QuaternionCapsuleClassifier(CapsuleTask):
     Example:
 
     >>> model = keras_capsules.models.QuaternionCapsuleClassifier(
-    ...     3, capsules=4, num_patches=8, patch_size=8, frame_neighbors=8)
+    ...     3, primary_capsules=4, num_patches=8, patch_size=8, frame_neighbors=8)
     >>> points = np.random.default_rng(0).normal(size=(2, 64, 3)).astype("float32")
     >>> tuple(model(points).shape)
     (2, 3)
@@ -88,36 +94,57 @@ class QuaternionCapsuleClassifier(CapsuleTask):
     def __init__(
         self,
         num_classes,
-        capsules=16,
+        primary_capsules=None,
         num_patches=64,
         patch_size=16,
         frame_neighbors=16,
-        iterations=3,
+        router=None,
         **kwargs,
     ):
+        primary_capsules = renamed(
+            kwargs, "capsules", "primary_capsules", primary_capsules, type(self).__name__
+        )
+        if "iterations" in kwargs:  # 0.2.0's argument
+            iterations = kwargs.pop("iterations")
+            if router is not None:
+                raise ValueError(
+                    "`iterations` is the former way to set the router's: give `router` only. "
+                    f"Received: iterations={iterations!r}, router={router!r}"
+                )
+            warnings.warn(
+                f"{type(self).__name__}(iterations=n) is now router=QuaternionRouting(n) "
+                f"(iterations= goes in {REMOVED_IN}).",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            router = QuaternionRouting(positive_int(iterations, "iterations"))
         super().__init__(input_shape=(None, 3), num_classes=num_classes, **kwargs)
-        self.capsules = positive_int(capsules, "capsules")
+        self.primary_capsules = positive_int(
+            16 if primary_capsules is None else primary_capsules, "primary_capsules"
+        )
         self.num_patches = positive_int(num_patches, "num_patches")
         self.patch_size = positive_int(patch_size, "patch_size")
         self.frame_neighbors = positive_int(frame_neighbors, "frame_neighbors")
-        self.iterations = positive_int(iterations, "iterations")
+        router = QuaternionRouting() if router is None else routing.get(router)
+        # Saved as given: each capsule layer routes with a clone of it.
+        self.router_config = routing.serialize(router)
         dtype = self.dtype_policy
         self.frames = LocalReferenceFrames(self.frame_neighbors, dtype=dtype, name="frames")
         self.patch_capsules = QuaternionCapsule(
-            self.capsules,
-            router=QuaternionRouting(self.iterations, dtype=dtype),
+            self.primary_capsules,
+            router=routing.clone(router, dtype=dtype),
             dtype=dtype,
             name="patch_capsules",
         )
         self.class_capsules = QuaternionCapsule(
             self.num_classes,
-            router=QuaternionRouting(self.iterations, dtype=dtype),
+            router=routing.clone(router, dtype=dtype),
             dtype=dtype,
             name="class_capsules",
         )
         # Built from shapes here: a symbolic call does not build sublayers
         # on every backend.
-        p, k, c = self.num_patches, self.patch_size, self.capsules
+        p, k, c = self.num_patches, self.patch_size, self.primary_capsules
         self.frames.build((None, None, 3))
         self.patch_capsules.build([(None, p, k, 3), (None, p, k, 1, 4), (None, p, k, 1)])
         self.class_capsules.build([(None, 1, p, 3), (None, 1, p, c, 4), (None, 1, p, c)])
@@ -172,10 +199,10 @@ class QuaternionCapsuleClassifier(CapsuleTask):
         config = super().get_config()
         config.update(
             num_classes=self.num_classes,
-            capsules=self.capsules,
+            primary_capsules=self.primary_capsules,
             num_patches=self.num_patches,
             patch_size=self.patch_size,
             frame_neighbors=self.frame_neighbors,
-            iterations=self.iterations,
+            router=self.router_config,
         )
         return config

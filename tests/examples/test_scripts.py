@@ -627,7 +627,7 @@ def test_heinsen_edge_padding_and_mixup():
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: kc.models.HeinsenCapsNet(parts=4, channels=8),
+        lambda: kc.models.HeinsenCapsNet(num_parts=4, channels=8),
         lambda: kc.models.EfficientCapsNet(architecture="smallnorb"),
     ],
     ids=["heinsen", "efficient_capsnet"],

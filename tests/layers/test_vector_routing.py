@@ -26,7 +26,7 @@ class TestVectorRouting(LayerTestCase):
     def test_layer(self):
         self.run_layer_test(
             VectorRouting,
-            {"num_outputs": 3, "output_dim": 5},
+            {"num_capsules": 3, "capsule_dim": 5},
             X,
             (2, 3, 5),
             expected_num_trainable_weights=14,
@@ -36,7 +36,7 @@ class TestVectorRouting(LayerTestCase):
     def test_layer_with_fixed_inputs(self):
         self.run_layer_test(
             VectorRouting,
-            {"num_outputs": 3, "output_dim": 5, "num_inputs": 6, "iterations": 3},
+            {"num_capsules": 3, "capsule_dim": 5, "num_inputs": 6, "iterations": 3},
             X,
             (2, 3, 5),
             expected_num_trainable_weights=12,
@@ -55,9 +55,9 @@ def test_matches_float64_reference(num_inputs, iterations):
     np.testing.assert_allclose(to_numpy(phi), expected_phi, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("output_dim", [1, 4])
-def test_without_normalization_and_with_one_dimension(output_dim):
-    layer = VectorRouting(2, output_dim, normalize=False)
+@pytest.mark.parametrize("capsule_dim", [1, 4])
+def test_without_normalization_and_with_one_dimension(capsule_dim):
+    layer = VectorRouting(2, capsule_dim, normalize=False)
     expected, _ = vector_routing(X.astype("float64"), _weights_after_call(layer), normalize=False)
     np.testing.assert_allclose(to_numpy(layer(X)), expected, rtol=1e-5, atol=1e-6)
 
@@ -149,11 +149,11 @@ def test_coefficients_are_a_second_output_of_a_functional_model():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"num_outputs": 0, "output_dim": 4}, "Received: num_outputs=0"),
-        ({"num_outputs": 2, "output_dim": 2.5}, "Received: output_dim=2.5"),
-        ({"num_outputs": 2, "output_dim": 4, "iterations": 0}, "Received: iterations=0"),
-        ({"num_outputs": 2, "output_dim": 4, "num_inputs": -1}, "Received: num_inputs=-1"),
-        ({"num_outputs": 2, "output_dim": 4, "normalize": "yes"}, "normalize"),
+        ({"num_capsules": 0, "capsule_dim": 4}, "Received: num_capsules=0"),
+        ({"num_capsules": 2, "capsule_dim": 2.5}, "Received: capsule_dim=2.5"),
+        ({"num_capsules": 2, "capsule_dim": 4, "iterations": 0}, "Received: iterations=0"),
+        ({"num_capsules": 2, "capsule_dim": 4, "num_inputs": -1}, "Received: num_inputs=-1"),
+        ({"num_capsules": 2, "capsule_dim": 4, "normalize": "yes"}, "normalize"),
     ],
 )
 def test_bad_arguments_are_named(kwargs, message):

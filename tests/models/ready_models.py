@@ -59,7 +59,13 @@ def point_classifier(head):
 
 def _quaternion_classifier(**kwargs):
     return kc.models.QuaternionCapsuleClassifier(
-        3, capsules=2, num_patches=8, patch_size=4, frame_neighbors=8, iterations=1, **kwargs
+        3,
+        primary_capsules=2,
+        num_patches=8,
+        patch_size=4,
+        frame_neighbors=8,
+        router=kc.QuaternionRouting(1),
+        **kwargs,
     )
 
 
@@ -102,7 +108,7 @@ def _masks():
 
 def _heinsen(**kwargs):
     return kc.models.HeinsenCapsNet(
-        (32, 32, 2), 3, parts=4, channels=8,
+        (32, 32, 2), 3, num_parts=4, channels=8,
         router={"class_name": "heinsen", "config": {"iterations": 1}}, **kwargs,
     )  # fmt: skip
 

@@ -90,7 +90,7 @@ def test_compile_auto_keeps_xla_off_on_cpu_for_models_slower_with_it():
     "auto" is Keras's own "auto", no XLA on TensorFlow's CPU."""
     keras_auto = keras_auto_jit_compile()
     for model in (
-        kc.models.HeinsenCapsNet((32, 32, 2), 3, parts=2, channels=4),
+        kc.models.HeinsenCapsNet((32, 32, 2), 3, num_parts=2, channels=4),
         kc.models.EfficientCapsNet((24, 24, 2), 3, architecture="smallnorb"),
     ):
         assert model.xla_on_cpu is False

@@ -21,7 +21,7 @@ FIXTURE = os.path.join(ROOT, "tests", "fixtures", "heinsen_smallnorb.npz")
 SMALL = dict(
     input_shape=(32, 32, 2),
     num_classes=3,
-    parts=4,
+    num_parts=4,
     channels=8,
     router={"class_name": "heinsen", "config": {"iterations": 2}},
 )

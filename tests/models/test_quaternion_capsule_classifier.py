@@ -12,7 +12,7 @@ from tests.parity.cases_quaternion import unit_clusters
 from tests.reference import quaternion as ref
 from tests.test_case import forward, to_numpy
 
-SMALL = dict(capsules=4, num_patches=16, patch_size=8, frame_neighbors=8)
+SMALL = dict(primary_capsules=4, num_patches=16, patch_size=8, frame_neighbors=8)
 
 
 def model(num_classes=3, **kwargs):
@@ -42,7 +42,7 @@ def test_rotating_the_cloud_rotates_the_poses_and_keeps_the_scores():
 def test_learns_generated_shapes_with_the_defaults():
     # Slow for the first few epochs (the agreements start alike for every
     # class), then steady: measured 0.51 of the first loss, 0.72 accuracy.
-    classifier = model(capsules=8)
+    classifier = model(primary_capsules=8)
     clouds, labels = shapes(192, points=48)  # randomly rotated
     classifier.compile()
     history = classifier.fit(clouds, labels, batch_size=8, epochs=16, verbose=0).history
@@ -63,7 +63,7 @@ def test_mixed_precision_gives_finite_scores_and_gradients():
     "kwargs, match",
     [
         (dict(num_classes=1), "num_classes=1"),
-        (dict(capsules=0), "capsules=0"),
+        (dict(primary_capsules=0), "primary_capsules=0"),
         (dict(num_patches=0), "num_patches=0"),
         (dict(frame_neighbors=2), "num_neighbors=2"),
     ],
