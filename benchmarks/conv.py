@@ -78,12 +78,12 @@ def main():
         return worker(json.loads(args.worker))
     for shape in args.shapes.split(","):
         size, convs = SHAPES[shape]
-        print(
+        title = (
             f"{shape}: batch {args.batch}, {size}x{size}x{convs[0][2]}, convs "
             f"(kernel, stride, in, out) {convs}; fwd+bwd ms median (min) of {args.repeats}"
         )
         config = dict(batch=args.batch, repeats=args.repeats, shape=shape)
-        harness.print_timings(__file__, config, args.backends)
+        harness.print_timings(__file__, config, args.backends, title=title)
 
 
 if __name__ == "__main__":

@@ -58,12 +58,12 @@ def main():
         return worker(json.loads(args.worker))
     for shape in args.shapes.split(","):
         size, conv = SHAPES[shape]
-        print(
+        title = (
             f"{shape}: batch {args.batch}, {size}^3 x {conv[2]}, conv (kernel, stride, in, "
             f"out) {conv}; fwd+bwd ms median (min) of {args.repeats}"
         )
         config = dict(batch=args.batch, repeats=args.repeats, shape=shape)
-        harness.print_timings(__file__, config, args.backends)
+        harness.print_timings(__file__, config, args.backends, title=title)
 
 
 if __name__ == "__main__":

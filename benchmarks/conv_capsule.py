@@ -15,7 +15,6 @@ scalar of it w.r.t. the poses.
 
 import json
 import os
-import sys
 
 import harness
 
@@ -53,11 +52,12 @@ def main():
     if args.worker:
         return worker(json.loads(args.worker))
 
-    print(
+    title = (
         f"ConvMatrixCapsule {args.types}->{args.types} types, 3x3, stride 2, "
         f"{args.grid}x{args.grid} grid, batch {args.batch}, EM 3 iterations: "
-        f"forward+backward, ms median (min) of {args.repeats}"
+        f"forward+backward, ms median (min) of {args.repeats}; {harness.machine()}"
     )
+    rows = []
     for backend in args.backends.split(","):
         config = dict(
             backend=backend,
@@ -67,10 +67,8 @@ def main():
             repeats=args.repeats,
         )
         r, error = harness.measure(os.path.abspath(__file__), config)
-        if r is None:
-            print(f"{backend} failed: {error}", file=sys.stderr)
-            continue
-        print(f"{backend:<12}{r['median_ms']:>12.1f} ({r['min_ms']:.1f})")
+        rows.append([backend, f"failed: {error}" if r is None else harness.timing_cell(r)])
+    harness.print_table(["backend", "ms median (min)"], rows, title=title)
 
 
 if __name__ == "__main__":

@@ -159,11 +159,8 @@ def main():
         help="CPU threads per process (default: cores / processes)",
     )
     args = parser.parse_args()
-    print(
-        f"{os.cpu_count()} CPU cores; EfficientCapsNet, global batch {args.batch}, "
-        f"{args.steps} timed steps, median of {args.repeats}"
-    )
     counts = list(map(int, args.processes.split(",")))
+    rows = []
     for backend in args.backends.split(","):
         runs = {n: [] for n in counts}
         for _ in range(args.repeats):
@@ -171,12 +168,22 @@ def main():
                 runs[n].append(measure(backend, n, args)["images_per_second"])
         rates = {n: harness.median_best(r, higher_is_better=True)[0] for n, r in runs.items()}
         for n in counts:
-            print(
-                f"{backend:10s} {n} process(es): {rates[n]:7.1f} images/s "
-                f"(runs: {', '.join(f'{r:.1f}' for r in runs[n])})"
-                + (f"  x{rates[n] / rates[1]:.2f}" if 1 in rates else ""),
-                flush=True,
+            harness.log(f"{backend}, {n} process(es): {rates[n]:.1f} images/s")
+            rows.append(
+                [
+                    backend,
+                    n,
+                    f"{rates[n]:.1f}",
+                    ", ".join(f"{r:.1f}" for r in runs[n]),
+                    f"x{rates[n] / rates[1]:.2f}" if 1 in rates else "",
+                ]
             )
+    harness.print_table(
+        ["backend", "processes", "images/s median", "runs", "vs 1 process"],
+        rows,
+        title=f"{harness.machine()}; EfficientCapsNet, global batch {args.batch}, "
+        f"{args.steps} timed steps, median of {args.repeats}",
+    )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ and the best of them (the shortest time, the highest rate): `median_best`.
 
 Also here, for every script: the memory a worker measures (`/proc` RSS
 fields, the accelerator's name and bytes), the command line (`--backends`
-and the hidden `--worker`), and the report (progress lines, the machine,
-the `--json` file).
+and the hidden `--worker`), and the report: progress lines on stderr, the
+machine, one Markdown table per result on stdout (`print_table`) and the
+`--json` file (`write_results`).
 """
 
 import argparse
@@ -396,23 +397,65 @@ def machine():
     return f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()})"
 
 
-def print_timings(script, config, backends):
+def markdown_table(header, rows, align=None):
+    """A Markdown table as text: `header` the column names, `rows` lists of
+    cells (written with `str`; a short row, such as a failure's, is padded
+    with empty cells); `align` one `"l"` (left) or `"r"` (right) per column
+    (default: the first left, the others right)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join("---" if a == "l" else "---:" for a in align) + " |",
+    ]
+    for row in rows:
+        cells = [str(cell) for cell in row] + [""] * (len(header) - len(row))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def print_table(header, rows, title=None, align=None, notes=()):
+    """Prints a benchmark's result: `title` (what was measured, how, on
+    what machine), the Markdown table of `header` and `rows`
+    (`markdown_table`), and `notes` (lines after it, such as fits)."""
+    parts = [title] if title else []
+    parts.append(markdown_table(header, rows, align))
+    if notes:
+        parts.append("\n".join(notes))
+    print("\n\n".join(parts), flush=True)
+
+
+def timing_cell(timing, unit=" ms"):
+    """`median (min)` of a `time_interleaved` entry."""
+    return f"{timing['median_ms']:.1f}{unit} ({timing['min_ms']:.1f})"
+
+
+def print_timings(script, config, backends, title=None):
     """Runs `script`'s one-shot worker once per backend in the comma-separated
-    `backends` with `config` (and `backend`), and prints each timing it
-    replies, `  backend  name  median (min)` in ms, or why it failed."""
+    `backends` with `config` (and `backend`), and prints the timings they
+    reply as one table (`print_table`): a row per backend and timed
+    function, median (min) in ms, or why the backend failed."""
+    rows = []
     for backend in backends.split(","):
         results, error = measure(os.path.abspath(script), dict(config, backend=backend))
         if results is None:
-            print(f"{backend} failed: {error}")
+            rows.append([backend, f"failed: {error}"])
             continue
-        for name, r in results.items():
-            print(f"  {backend:<12}{name:<14}{r['median_ms']:>10.1f} ({r['min_ms']:.1f})")
+        rows += [[backend, name, timing_cell(r)] for name, r in results.items()]
+    print_table(["backend", "function", "ms median (min)"], rows, title=title, align="llr")
 
 
-def write_json(path, data):
-    """Writes a run's `data` (arguments, rows) to the `--json` file `path`."""
-    with open(path, "w") as f:
-        json.dump(data, f, indent=1)
+def write_results(path, data):
+    """Writes a run's `data` (arguments, machine, rows) to the `--json` file
+    `path`, whole or not at all: to a temporary file beside it, renamed over
+    it."""
+    temporary = f"{path}.partial-{os.getpid()}"
+    try:
+        with open(temporary, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 # --------------------------------------------------------- pure baselines

@@ -318,37 +318,39 @@ def compile_label(row):
     return "XLA" if xla else "tf.function"
 
 
-def markdown(rows):
+def table(rows):
+    """`(header, cells, align)` of the report's table."""
     gpu = any(r.get("device_peak_over_built_mb") is not None for r in rows)
-    lines = [
-        "| backend | compile | router | classes | children | votes MiB | W MiB | est. MiB "
-        "| peak MiB | (peak - 3 W) / votes | state MiB | 1st step MiB | step MiB |"
-        + (" device step MiB |" if gpu else ""),
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-        + (" ---: |" if gpu else ""),
-    ]
+    header = ["backend", "compile", "router", "classes", "children", "votes MiB", "W MiB"]
+    header += ["est. MiB", "peak MiB", "(peak - 3 W) / votes", "state MiB", "1st step MiB"]
+    header += ["step MiB"] + (["device step MiB"] if gpu else [])
+    cells = []
     for r in rows:
-        head = (
-            f"| {r['backend']} | {compile_label(r)} | {r['router']} | {r['classes']} "
-            f"| {r['children']} | {r['votes_bytes'] / MIB:.0f} | {r['kernel_bytes'] / MIB:.0f} "
-            f"| {r['estimate_bytes'] / MIB:.0f} |"
-        )
+        head = [
+            r["backend"],
+            compile_label(r),
+            r["router"],
+            r["classes"],
+            r["children"],
+            f"{r['votes_bytes'] / MIB:.0f}",
+            f"{r['kernel_bytes'] / MIB:.0f}",
+            f"{r['estimate_bytes'] / MIB:.0f}",
+        ]
         if r.get("skipped") or r.get("error"):
-            cells = ["", "", "", ""] + ([""] if gpu else [])
-            lines.append(
-                f"{head} {r.get('skipped') or 'failed: ' + r['error']} |" + " |".join(cells) + " |"
-            )
+            cells.append(head + [r.get("skipped") or "failed: " + r["error"]])
             continue
-        line = (
-            f"{head} {r['measured_bytes'] / MIB:.0f} | {r['copies']:.1f} "
-            f"| {r['built_mb'] - r['imports_mb']:.0f} | {r['first_step_mb']:.0f} "
-            f"| {r['step_mb']:.0f} |"
-        )
+        line = head + [
+            f"{r['measured_bytes'] / MIB:.0f}",
+            f"{r['copies']:.1f}",
+            f"{r['built_mb'] - r['imports_mb']:.0f}",
+            f"{r['first_step_mb']:.0f}",
+            f"{r['step_mb']:.0f}",
+        ]
         if gpu:
             device = r.get("device_peak_over_built_mb")
-            line += f" {device:.0f} |" if device is not None else " |"
-        lines.append(line)
-    return "\n".join(lines)
+            line.append(f"{device:.0f}" if device is not None else "")
+        cells.append(line)
+    return header, cells, "lll" + "r" * (len(header) - 3)
 
 
 def int_list(text):
@@ -408,18 +410,21 @@ def main():
     start = time.perf_counter()
     rows = run(args)
     wall = time.perf_counter() - start
-    print(
-        f"\nTraining-step memory, batch {args.batch}, {ITERATIONS} routing iterations, "
+    header, cells, align = table(rows)
+    harness.print_table(
+        header,
+        cells,
+        align=align,
+        title=f"\nTraining-step memory, batch {args.batch}, {ITERATIONS} routing iterations, "
         f"{'W shared by children' if args.share_weights else 'one W per child and class'}"
         f"{', router args ' + json.dumps(args.router_args) if args.router_args else ''}; "
         f"{args.steps} steps per worker; "
         f"{harness.machine()}; "
         f"{wall:.0f} s in all; devices: "
-        f"{', '.join(sorted({r['device'] for r in rows if r.get('device')})) or 'none'}."
+        f"{', '.join(sorted({r['device'] for r in rows if r.get('device')})) or 'none'}.",
     )
-    print(markdown(rows))
     if args.json:
-        harness.write_json(args.json, {"args": vars(args), "wall_s": wall, "rows": rows})
+        harness.write_results(args.json, {"args": vars(args), "wall_s": wall, "rows": rows})
 
 
 if __name__ == "__main__":

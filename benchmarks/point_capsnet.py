@@ -81,27 +81,29 @@ def worker(config):
     os._exit(0)  # no interpreter teardown
 
 
-def markdown(rows, args):
-    lines = [
+def print_report(rows, args):
+    title = (
         f"PointCapsNet ({args.size} sizes, {rows[0]['parameters']:,} parameters), batch "
         f"{args.batch} of {args.points} points, {harness.machine()}; time of a training "
-        f"step, median (best) of {args.repeats}:",
-        "",
-        "| backend | step | built MiB | step peak MiB |",
-        "| --- | ---: | ---: | ---: |",
-    ]
+        f"step, median (best) of {args.repeats}:"
+    )
+    cells = []
     for row in rows:
         if "error" in row:
-            lines.append(f"| {LABELS[row['backend']]} | failed: {row['error']} | | |")
+            cells.append([LABELS[row["backend"]], f"failed: {row['error']}"])
             continue
         median, best = harness.median_best(s["s"] for s in row["steps"])
         peak = max(s["peak_rss_mb"] for s in row["steps"]) - row["built_mb"]
         built = row["built_mb"] - row["imports_mb"]
-        lines.append(
-            f"| {LABELS[row['backend']]} | {median * 1e3:,.0f} ms ({best * 1e3:,.0f}) | "
-            f"{built:,.0f} | {peak:,.0f} |"
+        cells.append(
+            [
+                LABELS[row["backend"]],
+                f"{median * 1e3:,.0f} ms ({best * 1e3:,.0f})",
+                f"{built:,.0f}",
+                f"{peak:,.0f}",
+            ]
         )
-    return "\n".join(lines)
+    harness.print_table(["backend", "step", "built MiB", "step peak MiB"], cells, title=title)
 
 
 def main():
@@ -127,9 +129,9 @@ def main():
         harness.log(f"{backend}: PointCapsNet training steps")
         result, error = harness.measure(__file__, config, timeout=args.timeout)
         rows.append({**config, **result} if result else {**config, "error": error})
-    print(markdown(rows, args))
+    print_report(rows, args)
     if args.json:
-        harness.write_json(args.json, {"args": vars(args), "rows": rows})
+        harness.write_results(args.json, {"args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -170,14 +170,16 @@ def _compare_primary(batch=32, repeats=5):
             start, cpu = time.perf_counter(), time.process_time()
             step(x, y)
             times[primary].append((time.perf_counter() - start, time.process_time() - cpu))
+    rows = []
     for primary, t in times.items():
         wall, fastest = harness.median_best(w for w, _ in t[1:])
         cpu, _ = harness.median_best(c for _, c in t[1:])
-        print(
-            f"primary={primary}: {batch / wall:.1f} images/s median, "
-            f"{batch / fastest:.1f} best, {cpu:.2f} CPU s/step "
-            f"(batch {batch}, {repeats} steps)"
-        )
+        rows.append([primary, f"{batch / wall:.1f}", f"{batch / fastest:.1f}", f"{cpu:.2f}"])
+    harness.print_table(
+        ["primary", "images/s median", "images/s best", "CPU s/step"],
+        rows,
+        title=f"PureTorchCapsNet train step, batch {batch}, {repeats} steps; {harness.machine()}",
+    )
 
 
 if __name__ == "__main__":

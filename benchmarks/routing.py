@@ -217,32 +217,38 @@ def main():
             continue
         table[backend] = results
 
-    print(
-        f"votes {args.shape}, forward+backward, ms median (min) of {args.repeats}, "
-        "interleaved; ratio = ours / pure (medians); "
-        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}"
-    )
-    header = f"{'router':<30} {'backend':<11}{'ours':>18}{'pure':>18}"
-    header += f"{'ratio':>7}{'min ratio':>10}{'cpu ratio':>10}"
+    header = ["router", "backend", "ours", "pure", "ratio", "min ratio", "cpu ratio"]
     if args.torch_compile:
-        header += f"{'torch.compile(pure)':>22}"
-    print(header)
+        header.append("torch.compile(pure)")
+    lines = []
     names = list(dict.fromkeys(n for rows in table.values() for n in rows))
     for name in names:
         for backend, rows in table.items():
             if name not in rows:
                 continue
             r = rows[name]
-            cells = [f"{r[k]['median_ms']:.1f} ({r[k]['min_ms']:.1f})" for k in ("ours", "pure")]
-            line = f"{name:<30} {backend:<11}{cells[0]:>18}{cells[1]:>18}"
-            line += f"{r['ours']['median_ms'] / r['pure']['median_ms']:>7.2f}"
-            line += f"{r['ours']['min_ms'] / r['pure']['min_ms']:>10.2f}"
-            line += f"{r['ours']['median_cpu_ms'] / r['pure']['median_cpu_ms']:>10.2f}"
+            line = [
+                name,
+                backend,
+                harness.timing_cell(r["ours"], ""),
+                harness.timing_cell(r["pure"], ""),
+            ]
+            line.append(f"{r['ours']['median_ms'] / r['pure']['median_ms']:.2f}")
+            line.append(f"{r['ours']['min_ms'] / r['pure']['min_ms']:.2f}")
+            line.append(f"{r['ours']['median_cpu_ms'] / r['pure']['median_cpu_ms']:.2f}")
             if "compiled" in r:
-                line += f"{r['compiled']['median_ms']:>14.1f} ({r['compiled']['min_ms']:.1f})"
-            print(line)
+                line.append(harness.timing_cell(r["compiled"], ""))
+            lines.append(line)
+    harness.print_table(
+        header,
+        lines,
+        title=f"votes {args.shape}, forward+backward, ms median (min) of {args.repeats}, "
+        "interleaved; ratio = ours / pure (medians); "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}; {harness.machine()}",
+        align="ll" + "r" * (len(header) - 2),
+    )
     if args.json:
-        harness.write_json(
+        harness.write_results(
             args.json, {"shape": args.shape, "repeats": args.repeats, "results": table}
         )
     if failed:

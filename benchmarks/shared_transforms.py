@@ -29,7 +29,7 @@ import subprocess
 import sys
 
 import numpy as np
-from harness import argument_parser, log, machine, worker_setup, write_json
+from harness import argument_parser, log, machine, print_table, worker_setup, write_results
 
 SIZE, PATCH, WIDTH, CLASSES = 32, 4, 64, 4
 
@@ -129,8 +129,6 @@ def main():
     if args.worker:
         return worker(json.loads(args.worker))
     rows = []
-    print(f"# {machine()}; {args.epochs} epochs of {args.samples} images, seed {args.seed}")
-    print("backend     router                 init          length at init   accuracy")
     for backend in args.backends.split(","):
         config = dict(
             backend=backend,
@@ -147,14 +145,26 @@ def main():
                     continue
                 row = json.loads(line[4:])
                 rows.append(row)
-                print(
-                    f"{row['backend']:11s} {row['router']:22s} {row['init']:13s} "
-                    f"{row['initial_length_mean']:.3f} ({row['initial_length_max']:.3f})    "
-                    f"{100 * row['accuracy']:5.1f} %",
-                    flush=True,
+                log(
+                    f"{row['backend']} {row['router']} {row['init']}: {100 * row['accuracy']:.1f} %"
                 )
+    print_table(
+        ["backend", "router", "init", "length at init, mean (max)", "accuracy"],
+        [
+            [
+                row["backend"],
+                row["router"],
+                row["init"],
+                f"{row['initial_length_mean']:.3f} ({row['initial_length_max']:.3f})",
+                f"{100 * row['accuracy']:.1f} %",
+            ]
+            for row in rows
+        ],
+        title=f"{machine()}; {args.epochs} epochs of {args.samples} images, seed {args.seed}",
+        align="lllrr",
+    )
     if args.json:
-        write_json(args.json, {"args": vars(args), "machine": machine(), "rows": rows})
+        write_results(args.json, {"args": vars(args), "machine": machine(), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -348,31 +348,31 @@ def cpu_per_step(row):
     return per_step[len(per_step) // 2] if per_step else float("nan")
 
 
-def flop_floor(rows, peaks):
+def print_flop_floor(rows, peaks):
     """Fraction of each peak reached by the CapsNet rows (median images/s)."""
     names = list(peaks)
-    lines = [
-        f"\nCapsNet FLOP floor: {CAPSNET_GFLOP_PER_IMAGE:.4f} GFLOP per image (153.9 per step "
-        "of 128); peaks assumed: " + ", ".join(f"{k} {v:g} TFLOP/s" for k, v in peaks.items()),
-        "| batch | impl | compile | img/s median | "
-        + " | ".join(f"floor img/s at {k} | fraction of {k}" for k in names)
-        + " | device memory MiB |",
-        "| ---: | --- | --- | ---: | " + " | ".join("---: | ---:" for _ in names) + " | ---: |",
-    ]
+    header = ["batch", "impl", "compile", "img/s median"]
+    for k in names:
+        header += [f"floor img/s at {k}", f"fraction of {k}"]
+    header.append("device memory MiB")
+    lines = []
     for r in rows:
         if r["model"] != "capsnet" or r["error"] or not r["images_per_s"]:
             continue
         speed = r["images_per_s"]["median"]
-        cells = []
+        cells = [r["batch"], label(r), jit_label(r), f"{speed:.1f}"]
         for k in names:
             floor = peaks[k] * 1e3 / CAPSNET_GFLOP_PER_IMAGE
             cells += [f"{floor:,.0f}", f"{speed / floor:.2%}"]
-        lines.append(
-            f"| {r['batch']} | {label(r)} | {jit_label(r)} | {speed:.1f} | "
-            + " | ".join(cells)
-            + f" | {r.get('peak_device_mb', float('nan')):.0f} |"
-        )
-    return "\n".join(lines)
+        lines.append(cells + [f"{r.get('peak_device_mb', float('nan')):.0f}"])
+    harness.print_table(
+        header,
+        lines,
+        align="rllr" + "r" * (len(header) - 4),
+        title=f"\nCapsNet FLOP floor: {CAPSNET_GFLOP_PER_IMAGE:.4f} GFLOP per image (153.9 "
+        "per step of 128); peaks assumed: "
+        + ", ".join(f"{k} {v:g} TFLOP/s" for k, v in peaks.items()),
+    )
 
 
 def same_framework_reference(row, refs):
@@ -396,21 +396,22 @@ def jit_label(row):
     return {"tensorflow": "XLA", "torch": "torch.compile", "jax": "jax.jit"}[row["backend"]]
 
 
-def markdown(rows):
-    lines = [
-        "| model | batch | impl | compile | img/s median | img/s best | ours/ref median (best) "
-        "| CPU s/step | peak RSS MiB (over imports) | RSS / ref (over imports) "
-        "| compile+1st step s |",
-        "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | --- | ---: |",
-    ]
+TABLE = (
+    ["model", "batch", "impl", "compile", "img/s median", "img/s best"]
+    + ["ours/ref median (best)", "CPU s/step", "peak RSS MiB (over imports)"]
+    + ["RSS / ref (over imports)", "compile+1st step s"]
+)
+TABLE_ALIGN = "lrllrrlrrlr"
+
+
+def table_rows(rows):
+    """The cells of the report's table (`TABLE`), a list per row."""
+    lines = []
     for r in rows:
         jit = jit_label(r)
         name = label(r)
         if r["error"]:
-            lines.append(
-                f"| {r['model']} | {r['batch']} | {name} | {jit} | failed: "
-                f"{r['error']} | | | | | | |"
-            )
+            lines.append([r["model"], r["batch"], name, jit, f"failed: {r['error']}"])
             continue
         s = r["images_per_s"]
         ratio = r.get("vs_fastest_ref")
@@ -419,11 +420,11 @@ def markdown(rows):
         rss = f"{rss['ratio']:.2f} ({rss['over_imports']:.2f}) vs {rss['ref']}" if rss else ""
         peak = r.get("peak_rss_mb", float("nan"))
         lines.append(
-            f"| {r['model']} | {r['batch']} | {name} | {jit} | {s['median']:.1f} | "
-            f"{s['best']:.1f} | {ratio} | {cpu_per_step(r):.2f} | "
-            f"{peak:.0f} ({peak - r['rss_baseline_mb']:.0f}) | {rss} | {r['compile_s']:.1f} |"
+            [r["model"], r["batch"], name, jit, f"{s['median']:.1f}", f"{s['best']:.1f}", ratio]
+            + [f"{cpu_per_step(r):.2f}", f"{peak:.0f} ({peak - r['rss_baseline_mb']:.0f})", rss]
+            + [f"{r['compile_s']:.1f}"]
         )
-    return "\n".join(lines)
+    return lines
 
 
 def parse_jit(text):
@@ -531,18 +532,20 @@ def main():
         for batch in (int(b) for b in args.batches.split(",")):
             rows += run_group(args, model, batch)
     end_load = load_average()
-    print(
-        f"\nTrain step, {args.repeats} rounds x {args.steps} steps after {args.warmup} "
+    harness.print_table(
+        TABLE,
+        table_rows(rows),
+        align=TABLE_ALIGN,
+        title=f"\nTrain step, {args.repeats} rounds x {args.steps} steps after {args.warmup} "
         f"warm-up steps; {harness.machine()}; "
         f"load average {start_load[0]:.1f} at start, {end_load[0]:.1f} at end; "
         f"{time.perf_counter() - start:.0f} s in all; devices: "
-        f"{', '.join(sorted({str(r.get('device', '?')) for r in rows}))}."
+        f"{', '.join(sorted({str(r.get('device', '?')) for r in rows}))}.",
     )
-    print(markdown(rows))
     if args.peak_tflops:
-        print(flop_floor(rows, args.peak_tflops))
+        print_flop_floor(rows, args.peak_tflops)
     if args.json:
-        harness.write_json(
+        harness.write_results(
             args.json, {"args": vars(args), "load_average": [start_load, end_load], "rows": rows}
         )
 

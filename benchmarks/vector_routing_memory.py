@@ -386,32 +386,31 @@ def n_text(n):
     )
 
 
-def markdown(rows, fits, compared, repeats):
+def tables(rows, fits, compared, repeats):
+    """The report's tables, as `(header, cells)`: the measurements, the
+    growth fits and, with the authors' code, ours over theirs."""
     order = list(fits)
-    lines = [
-        f"| implementation | n | ms per step, median (best) of {repeats} | peak MiB "
-        "| MiB per 1e5 vectors | peak / inputs |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
+    measured = []
     for r in sorted(rows, key=lambda r: (order.index(r["implementation"]), r["n"])):
         n = n_text(r["n"]) + (" (4 GiB check)" if r.get("check") else "")
-        head = f"| {LABELS[r['implementation']]} | {n} |"
+        head = [LABELS[r["implementation"]], n]
         if "peak_mb" not in r:
-            lines.append(f"{head} {r.get('skipped') or 'failed: ' + r['error']} | | | |")
+            measured.append(head + [r.get("skipped") or "failed: " + r["error"]])
             continue
-        lines.append(
-            f"{head} {ms(r['median_s'])} ({ms(r['best_s'])}) | {r['peak_mb']:.0f} "
-            f"| {r['mb_per_1e5']:.0f} | {r['peak_mb'] / r['input_mb']:.1f} |"
+        measured.append(
+            head
+            + [f"{ms(r['median_s'])} ({ms(r['best_s'])})", f"{r['peak_mb']:.0f}"]
+            + [f"{r['mb_per_1e5']:.0f}", f"{r['peak_mb'] / r['input_mb']:.1f}"]
         )
-    checked = any("check_n" in f for f in fits.values())
-    lines += [
-        "",
-        "| implementation | log-log slope (n) | line: MiB + MiB per 1e5 vectors "
-        f"| n at {LIMIT_MIB} MiB (line) |"
-        + (" check: n, peak MiB |" if checked else "")
-        + f" largest measured n under {LIMIT_MIB} MiB |",
-        "| --- | ---: | ---: | ---: |" + (" ---: |" if checked else "") + " ---: |",
+    result = [
+        (
+            ["implementation", "n", f"ms per step, median (best) of {repeats}", "peak MiB"]
+            + ["MiB per 1e5 vectors", "peak / inputs"],
+            measured,
+        )
     ]
+    checked = any("check_n" in f for f in fits.values())
+    growth = []
     for name, f in fits.items():
         sizes = ", ".join(n_text(n) for n in f["fit_sizes"])
         slope = f"{f['slope']:.3f} ({sizes})" if f["slope"] is not None else "-"
@@ -440,19 +439,28 @@ def markdown(rows, fits, compared, repeats):
         else:
             under = n_text(under) + (" (all measured fit)" if over is None else "")
         cells.append(under)
-        lines.append("| " + " | ".join(cells) + " |")
+        growth.append(cells)
+    result.append(
+        (
+            ["implementation", "log-log slope (n)", "line: MiB + MiB per 1e5 vectors"]
+            + [f"n at {LIMIT_MIB} MiB (line)"]
+            + (["check: n, peak MiB"] if checked else [])
+            + [f"largest measured n under {LIMIT_MIB} MiB"],
+            growth,
+        )
+    )
     if compared:
-        lines += [
-            "",
-            "| n | ours MiB | authors' MiB | memory ours / authors | time ours / authors |",
-            "| ---: | ---: | ---: | ---: | ---: |",
-        ]
-        for c in compared:
-            lines.append(
-                f"| {n_text(c['n'])} | {c['ours_mb']:.0f} | {c['authors_mb']:.0f} "
-                f"| {c['memory']:.2f} | {c['time']:.2f} |"
+        result.append(
+            (
+                ["n", "ours MiB", "authors' MiB", "memory ours / authors", "time ours / authors"],
+                [
+                    [n_text(c["n"]), f"{c['ours_mb']:.0f}", f"{c['authors_mb']:.0f}"]
+                    + [f"{c['memory']:.2f}", f"{c['time']:.2f}"]
+                    for c in compared
+                ],
             )
-    return "\n".join(lines)
+        )
+    return result
 
 
 def main():
@@ -511,7 +519,7 @@ def main():
     versions = {}
     for r in rows:
         versions.update(r.get("versions", {}))
-    print(
+    title = (
         f"\nVectorRouting({OUTPUTS}, {OUTPUT_DIM}), {ITERATIONS} iterations: batch 1, n x "
         f"{INPUT_DIM} inputs; forward + gradients of sum(outputs ** 2) w.r.t. the inputs "
         f"and weights; {args.warmup} warm-up + {args.repeats} timed steps per worker; "
@@ -521,10 +529,13 @@ def main():
         + f"; {harness.machine()}, load average {load[0]:.1f} -> {load[1]:.1f}"
         f"; {wall:.0f} s in all."
     )
-    print(markdown(rows, fits, compared, args.repeats))
+    for index, (header, cells) in enumerate(tables(rows, fits, compared, args.repeats)):
+        if index:
+            print()
+        harness.print_table(header, cells, title=None if index else title)
     if args.json:
         saved = dict(vars(args), authors_code=bool(args.authors_code), authors_sha256=authors_sha)
-        harness.write_json(
+        harness.write_results(
             args.json,
             {
                 "args": saved,

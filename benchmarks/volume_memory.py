@@ -86,29 +86,31 @@ def least_squares(xs, ys):
     return my - slope * mx, slope
 
 
-def report(rows, args):
-    lines = [
+def print_report(rows, args):
+    title = (
         f"ConvCapsule3D({args.types}, {args.dim}, 3, padding='same') training step, batch "
-        f"{args.batch}, {harness.machine()}; time median (best) of {args.repeats}:",
-        "",
-        "| backend | side | votes MiB | step | step peak MiB | / votes |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    fits = []
+        f"{args.batch}, {harness.machine()}; time median (best) of {args.repeats}:"
+    )
+    lines, fits = [], []
     for backend in args.backends.split(","):
         measured = []
         for row in (r for r in rows if r["backend"] == backend):
             votes = vote_mib(row["side"], vars(args))
             if "error" in row:
-                lines.append(f"| {LABELS[backend]} | {row['side']} | {votes:,.0f} | "
-                             f"{row['error']} | | |")  # fmt: skip
+                lines.append([LABELS[backend], row["side"], f"{votes:,.0f}", row["error"]])
                 continue
             median, best = harness.median_best(s["s"] for s in row["steps"])
             peak = max(s["peak_rss_mb"] for s in row["steps"]) - row["built_mb"]
             measured.append((votes, peak))
             lines.append(
-                f"| {LABELS[backend]} | {row['side']} | {votes:,.1f} | {median * 1e3:,.0f} ms "
-                f"({best * 1e3:,.0f}) | {peak:,.0f} | {peak / votes:.1f} |"
+                [
+                    LABELS[backend],
+                    row["side"],
+                    f"{votes:,.1f}",
+                    f"{median * 1e3:,.0f} ms ({best * 1e3:,.0f})",
+                    f"{peak:,.0f}",
+                    f"{peak / votes:.1f}",
+                ]
             )
         if len(measured) >= 2:
             a, b = least_squares(*zip(*measured))
@@ -118,7 +120,12 @@ def report(rows, args):
                 f"- {LABELS[backend]}: peak = {a:,.0f} MiB + {b:.1f} x votes; 4 GiB at side "
                 f"{side:.0f} (batch {args.batch})"
             )
-    return "\n".join(lines + [""] + fits)
+    harness.print_table(
+        ["backend", "side", "votes MiB", "step", "step peak MiB", "/ votes"],
+        lines,
+        title=title,
+        notes=fits,
+    )
 
 
 def main():
@@ -149,9 +156,9 @@ def main():
             )
             rows.append({**config, **result} if result else {**config, "error": error})
             failed = result is None
-    print(report(rows, args))
+    print_report(rows, args)
     if args.json:
-        harness.write_json(args.json, {"args": vars(args), "rows": rows})
+        harness.write_results(args.json, {"args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":
