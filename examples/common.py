@@ -11,6 +11,7 @@ once, after training (nothing is selected on it), and writes
 import argparse
 import contextlib
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -34,7 +35,24 @@ VALIDATION_FRACTION = 0.1
 
 
 def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arguments=None):
+    """The example's command line: the common flags, `--router` with
+    `routers`, the example's own (`add_arguments(parser)`), checked, with
+    the `--smoke` and `--epochs` defaults applied."""
     parser = argparse.ArgumentParser(description=description)
+    add_budget_arguments(parser, epochs, batch_size)
+    if routers:
+        add_router_argument(parser)
+    add_location_arguments(parser)
+    add_compute_arguments(parser)
+    add_schedule_arguments(parser)
+    add_run_arguments(parser)
+    if add_arguments is not None:
+        add_arguments(parser)
+    return checked(parser, parser.parse_args(argv), epochs)
+
+
+def add_budget_arguments(parser, epochs, batch_size):
+    """`--epochs` and `--batch-size`."""
     parser.add_argument("--epochs", type=int, default=None, help=f"(default: {epochs}; --smoke: 1)")
     parser.add_argument(
         "--batch-size",
@@ -42,14 +60,21 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arg
         default=batch_size,
         help="global batch size (split across devices with --distribute)",
     )
-    if routers:
-        parser.add_argument(
-            "--router",
-            choices=routing.names(),
-            default=None,
-            help="router of the class capsules, by its keras_capsules.routing "
-            "name (default: the paper's)",
-        )
+
+
+def add_router_argument(parser):
+    """`--router`: the class capsules' router by its registered name."""
+    parser.add_argument(
+        "--router",
+        choices=routing.names(),
+        default=None,
+        help="router of the class capsules, by its keras_capsules.routing "
+        "name (default: the paper's)",
+    )
+
+
+def add_location_arguments(parser):
+    """`--data-dir` and `--output-dir`."""
     parser.add_argument(
         "--data-dir",
         default=None,
@@ -58,6 +83,11 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arg
     parser.add_argument(
         "--output-dir", default=None, help="where logs, metrics, model and figures go"
     )
+
+
+def add_compute_arguments(parser):
+    """`--mixed-precision`, `--distribute` and `--jit-compile`: how the
+    steps run, not what they compute."""
     parser.add_argument("--mixed-precision", choices=MIXED_PRECISION, default="float32")
     parser.add_argument(
         "--distribute",
@@ -77,6 +107,10 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arg
         "only with a GPU; torch: torch.compile for CapsNet runs of "
         f"{TORCH_COMPILE_MIN_IMAGES:,}+ training images, else eager",
     )
+
+
+def add_schedule_arguments(parser):
+    """`--validation-fraction`, `--steps-per-epoch` and `--time-budget`."""
     parser.add_argument(
         "--validation-fraction",
         type=float,
@@ -102,6 +136,10 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arg
         "(the learning-rate schedule still plans --epochs); "
         "then evaluate as usual",
     )
+
+
+def add_run_arguments(parser):
+    """`--seed`, `--resume`, `--seeds` and `--smoke`: which runs, from where."""
     parser.add_argument(
         "--seed",
         type=int,
@@ -132,9 +170,11 @@ def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arg
         help=f"{SMOKE_STEPS} steps per epoch, 1 epoch unless --epochs, on fake TFDS "
         "data (data.mock_data; for tests)",
     )
-    if add_arguments is not None:
-        add_arguments(parser)
-    args = parser.parse_args(argv)
+
+
+def checked(parser, args, epochs):
+    """`args` with `--smoke`'s batch size and steps and the default
+    `--epochs` applied; a flag out of its range is the parser's error."""
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1. Received: --seeds {args.seeds}")
     if not 0 <= args.validation_fraction < 1:
@@ -426,7 +466,7 @@ def run(
     first also as `test`.
     """
     call = dict(locals())  # this call's arguments, for run_seeds
-    from figures import plot_history  # Imports matplotlib only when running.
+    from figures import plot_history  # noqa: F401  Imports matplotlib only when running.
 
     if argv is None:  # a command-line run, before JAX's first computation
         use_xla_cpu_convolutions()
@@ -448,159 +488,255 @@ def run(
     seed = state.seed if state else args.seed
     seed = 0 if seed is None else seed
     keras.utils.set_random_seed(seed)
-    first_epoch = state.epochs_done if state else 0
     keras.config.set_dtype_policy(args.mixed_precision)
     mock = data.mock_data(SMOKE_EXAMPLES) if args.smoke else contextlib.nullcontext()
     try:
         with mock, distribution_scope(args.distribute) as cluster:
-            replicas = cluster.replicas
-            if cluster.multi_process:  # Every process: process 0's seed (one drew it).
-                seed = cluster.chief_value(seed)
-                keras.utils.set_random_seed(seed)
-            args.epoch_order = data.EpochOrder(
-                seed, first_epoch, max(args.epochs - first_epoch, 1), args.steps_per_epoch
-            )
-            if not cluster.is_chief:  # Every process writes; process 0 to --output-dir.
-                output_dir = os.path.join(output_dir, f"process{cluster.process_id}")
-                os.makedirs(output_dir, exist_ok=True)
-            train, validation, test = load_data(args, args.batch_size, drop_remainder=replicas > 1)
-            # A dict of named test sets: each is evaluated, the first is `test`.
-            test_sets = test if isinstance(test, dict) else {}
-            test = next(iter(test_sets.values())) if test_sets else test
-            if validation is not None and int(validation.cardinality()) == 0:
-                raise SystemExit(
-                    f"--validation-fraction {args.validation_fraction} holds out less than "
-                    f"one batch of {args.batch_size}: raise it, or pass 0 for no validation."
-                )
-            # A loader that follows args.epoch_order gives the epochs in
-            # sequence: fit takes that many batches per epoch.
-            per_epoch = data.batches_per_epoch(train)
-            fit_steps = args.steps_per_epoch if per_epoch is None else per_epoch
-            steps = fit_steps or steps_in(train)
-            model = build_model(args)
-            # Keras's "auto" keeps XLA off under tf.distribute; so do we.
-            jit = resolve_jit_compile(
-                args.jit_compile,
-                xla_on_cpu=xla_on_cpu and not args.distribute,
-                torch_compile=torch_compile,
-                train_images=(steps or 0) * args.epochs * args.batch_size,
-            )
-            # metrics "auto": the ready models' accuracy (for several digits
-            # per image, keras_capsules.metrics.LabelSetAccuracy).
-            model.compile(
-                optimizer=make_optimizer(args, steps or 1),
-                metrics=(metrics() if callable(metrics) else metrics) or "auto",
-                jit_compile=jit,
-                **({} if make_loss is None else {"loss": make_loss(args)}),
-            )
-            if state is not None:
-                backup.restore(model, state)
-                print(f"Resumed from {backup_path}: {first_epoch} of {args.epochs} epochs done")
-            throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)
-            # A resumed run without a known epoch length: its curves per epoch.
-            step_log = (
-                StepLog(("loss", score), first_epoch, steps) if steps or not first_epoch else None
-            )
-            training_log = TrainingLog(
-                os.path.join(output_dir, "training_log.csv"), state.log_rows if state else ()
-            )
-            fit_callbacks = [training_log, throughput, *([step_log] if step_log else [])]
-            if callbacks is not None:
-                fit_callbacks += callbacks(model, args, steps or 1)
-            budget = None if args.time_budget is None else TimeBudget(args.time_budget)
-            if budget is not None:
-                fit_callbacks.append(budget)
-            non_finite = StopOnNonFinite()
-            # Last: it backs up the rows training_log has just added.
-            backups = backup.TrainingBackup(backup_path, seed, training_log, first_epoch)
-            fit_callbacks.append(non_finite)
-            if cluster.is_chief:  # Process 0 writes; every process resumes from it.
-                fit_callbacks.append(backups)
-            start = time.perf_counter()
-            if first_epoch < args.epochs:
-                distribute.fit(
-                    model,
-                    train,
-                    epochs=args.epochs,
-                    initial_epoch=first_epoch,
-                    steps_per_epoch=fit_steps,
-                    callbacks=fit_callbacks,
-                    validation_data=validation,
-                    verbose=2 if args.smoke else "auto",
-                )
-            train_seconds = time.perf_counter() - start
-            if non_finite.stopped_at is not None:
-                raise SystemExit(non_finite_message(non_finite.stopped_at, backups, backup_path))
-            history = training_log.history()
-            test_steps = SMOKE_STEPS if args.smoke else None
-            results = distribute.evaluate(
-                model, test, steps=test_steps
-            )  # A dict: callbacks may add metrics (e.g. the spread-loss margin).
-            named_results = {
-                name: results
-                if dataset is test
-                else distribute.evaluate(model, dataset, steps=test_steps)
-                for name, dataset in test_sets.items()
-            }
-            test_loss, test_score = results["loss"], results[score]
-            model_path = os.path.join(output_dir, "model.keras")
-            atomic.save_model(model, model_path)
-            plot_history(
-                history,
-                os.path.join(output_dir, "training_curves.png"),
-                step_log,
-                score=score,
-            )
-            if figures is not None:
-                figures(model, test, output_dir, args)
+            outcome = train_and_evaluate(call, args, cluster, seed, state, output_dir, backup_path)
     finally:
         keras.config.set_dtype_policy("float32")
-    metrics = {
-        "model": type(model).__name__,
-        "example": name,
+    metrics = run_metrics(call, args, outcome, state)
+    atomic.write_json(os.path.join(outcome.output_dir, "metrics.json"), metrics)
+    if cluster.is_chief and not metrics["stopped_by_time_budget"] and os.path.exists(backup_path):
+        os.remove(backup_path)  # finished: nothing to resume
+    print(
+        f"Test {score} {outcome.test_score:.4f}; "
+        f"{metrics['images_per_second'] or math.nan:.1f} "
+        f"training images/s on {metrics['backend']}; outputs in {outcome.output_dir}"
+    )
+    return metrics
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What a run trained and measured, for its `metrics.json`."""
+
+    model: object
+    cluster: object
+    seed: int
+    first_epoch: int
+    steps: int
+    output_dir: str
+    fit: object  # FitCallbacks
+    train_seconds: float
+    history: dict
+    results: dict  # the test set's metrics
+    named_results: dict  # {name: metrics} of named test sets
+
+    @property
+    def test_score(self):
+        return self.results[self.fit.score]
+
+
+def train_and_evaluate(call, args, cluster, seed, state, output_dir, backup_path):
+    """The run inside its distribution scope: data, model, `fit`, the test
+    evaluation and the saved model and figures; an `Outcome`."""
+    import data
+
+    first_epoch = state.epochs_done if state else 0
+    if cluster.multi_process:  # Every process: process 0's seed (one drew it).
+        seed = cluster.chief_value(seed)
+        keras.utils.set_random_seed(seed)
+    args.epoch_order = data.EpochOrder(
+        seed, first_epoch, max(args.epochs - first_epoch, 1), args.steps_per_epoch
+    )
+    if not cluster.is_chief:  # Every process writes; process 0 to --output-dir.
+        output_dir = os.path.join(output_dir, f"process{cluster.process_id}")
+        os.makedirs(output_dir, exist_ok=True)
+    train, validation, test, test_sets = load_splits(call["load_data"], args, cluster.replicas)
+    # A loader that follows args.epoch_order gives the epochs in
+    # sequence: fit takes that many batches per epoch.
+    per_epoch = data.batches_per_epoch(train)
+    fit_steps = args.steps_per_epoch if per_epoch is None else per_epoch
+    steps = fit_steps or steps_in(train)
+    model = build_and_compile(call, args, steps)
+    if state is not None:
+        backup.restore(model, state)
+        print(f"Resumed from {backup_path}: {first_epoch} of {args.epochs} epochs done")
+    fit = FitCallbacks(call, args, model, steps, state, output_dir, backup_path, seed, cluster)
+    start = time.perf_counter()
+    if first_epoch < args.epochs:
+        distribute.fit(
+            model,
+            train,
+            epochs=args.epochs,
+            initial_epoch=first_epoch,
+            steps_per_epoch=fit_steps,
+            callbacks=fit.callbacks,
+            validation_data=validation,
+            verbose=2 if args.smoke else "auto",
+        )
+    train_seconds = time.perf_counter() - start
+    if fit.non_finite.stopped_at is not None:
+        raise SystemExit(non_finite_message(fit.non_finite.stopped_at, fit.backups, backup_path))
+    history = fit.training_log.history()
+    results, named_results = evaluate_tests(model, test, test_sets, args)
+    save_outputs(call, args, model, test, history, fit, output_dir)
+    return Outcome(
+        model=model,
+        cluster=cluster,
+        seed=seed,
+        first_epoch=first_epoch,
+        steps=steps,
+        output_dir=output_dir,
+        fit=fit,
+        train_seconds=train_seconds,
+        history=history,
+        results=results,
+        named_results=named_results,
+    )
+
+
+def load_splits(load_data, args, replicas):
+    """`(train, validation, test, test_sets)` of the example's `load_data`:
+    `test_sets` its dict of named test sets (`{}` for one test set), `test`
+    the first of them. A validation share of no whole batch is refused."""
+    train, validation, test = load_data(args, args.batch_size, drop_remainder=replicas > 1)
+    # A dict of named test sets: each is evaluated, the first is `test`.
+    test_sets = test if isinstance(test, dict) else {}
+    test = next(iter(test_sets.values())) if test_sets else test
+    if validation is not None and int(validation.cardinality()) == 0:
+        raise SystemExit(
+            f"--validation-fraction {args.validation_fraction} holds out less than "
+            f"one batch of {args.batch_size}: raise it, or pass 0 for no validation."
+        )
+    return train, validation, test, test_sets
+
+
+def build_and_compile(call, args, steps):
+    """The example's model, compiled with its optimizer, metrics and loss,
+    and the train step's compilation `--jit-compile` resolves to."""
+    model = call["build_model"](args)
+    # Keras's "auto" keeps XLA off under tf.distribute; so do we.
+    jit = resolve_jit_compile(
+        args.jit_compile,
+        xla_on_cpu=call["xla_on_cpu"] and not args.distribute,
+        torch_compile=call["torch_compile"],
+        train_images=(steps or 0) * args.epochs * args.batch_size,
+    )
+    metrics, make_loss = call["metrics"], call["make_loss"]
+    # metrics "auto": the ready models' accuracy (for several digits
+    # per image, keras_capsules.metrics.LabelSetAccuracy).
+    model.compile(
+        optimizer=call["make_optimizer"](args, steps or 1),
+        metrics=(metrics() if callable(metrics) else metrics) or "auto",
+        jit_compile=jit,
+        **({} if make_loss is None else {"loss": make_loss(args)}),
+    )
+    return model
+
+
+class FitCallbacks:
+    """The callbacks of a run's `fit`, in their order (`callbacks`), and by
+    name for what they measured: `throughput`, `step_log` (None for a
+    resumed run without a known epoch length: its curves per epoch),
+    `training_log`, `budget` (None without `--time-budget`), `non_finite`
+    and `backups` (written by process 0 only)."""
+
+    def __init__(self, call, args, model, steps, state, output_dir, backup_path, seed, cluster):
+        first_epoch = state.epochs_done if state else 0
+        self.score = call["score"]
+        self.throughput = Throughput(args.batch_size, warmup=1 if args.smoke else 3)
+        self.step_log = (
+            StepLog(("loss", self.score), first_epoch, steps) if steps or not first_epoch else None
+        )
+        self.training_log = TrainingLog(
+            os.path.join(output_dir, "training_log.csv"), state.log_rows if state else ()
+        )
+        self.callbacks = [
+            self.training_log,
+            self.throughput,
+            *([self.step_log] if self.step_log else []),
+        ]
+        if call["callbacks"] is not None:
+            self.callbacks += call["callbacks"](model, args, steps or 1)
+        self.budget = None if args.time_budget is None else TimeBudget(args.time_budget)
+        if self.budget is not None:
+            self.callbacks.append(self.budget)
+        self.non_finite = StopOnNonFinite()
+        # Last: it backs up the rows training_log has just added.
+        self.backups = backup.TrainingBackup(backup_path, seed, self.training_log, first_epoch)
+        self.callbacks.append(self.non_finite)
+        if cluster.is_chief:  # Process 0 writes; every process resumes from it.
+            self.callbacks.append(self.backups)
+
+    @property
+    def stopped_by_time_budget(self):
+        return self.budget is not None and self.budget.stopped_at_step is not None
+
+
+def evaluate_tests(model, test, test_sets, args):
+    """The metrics dict of `test` and `{name: metrics dict}` of the named
+    test sets (`test` among them is not evaluated twice)."""
+    test_steps = SMOKE_STEPS if args.smoke else None
+    # A dict: callbacks may add metrics (e.g. the spread-loss margin).
+    results = distribute.evaluate(model, test, steps=test_steps)
+    named_results = {
+        name: results if dataset is test else distribute.evaluate(model, dataset, steps=test_steps)
+        for name, dataset in test_sets.items()
+    }
+    return results, named_results
+
+
+def save_outputs(call, args, model, test, history, fit, output_dir):
+    """`model.keras`, the training curves and the example's own figures."""
+    from figures import plot_history
+
+    atomic.save_model(model, os.path.join(output_dir, "model.keras"))
+    plot_history(
+        history,
+        os.path.join(output_dir, "training_curves.png"),
+        fit.step_log,
+        score=fit.score,
+    )
+    if call["figures"] is not None:
+        call["figures"](model, test, output_dir, args)
+
+
+def run_metrics(call, args, outcome, state):
+    """The run's `metrics.json`: what trained, on what budget, its
+    validation and test results, its speed and how it ran."""
+    score, history, fit = call["score"], outcome.history, outcome.fit
+    results, named_results = outcome.results, outcome.named_results
+    argv = call["argv"]
+    return {
+        "model": type(outcome.model).__name__,
+        "example": call["name"],
         "backend": keras.backend.backend(),
         "epochs": args.epochs,
         "batch_size": args.batch_size,
-        "steps_per_epoch": steps,
+        "steps_per_epoch": outcome.steps,
         "validation_fraction": args.validation_fraction,
         # The last epoch's validation results (None without validation).
         f"validation_{score}": last(history.get(f"val_{score}")),
         "validation_loss": last(history.get("val_loss")),
-        f"test_{score}": float(test_score),
-        "test_loss": float(test_loss),
+        f"test_{score}": float(results[score]),
+        "test_loss": float(results["loss"]),
         "test_metrics": {key: float(value) for key, value in results.items()},
         **{f"test_{name}_{score}": float(result[score]) for name, result in named_results.items()},
         "test_sets": {
             name: {key: float(value) for key, value in result.items()}
             for name, result in named_results.items()
         },
-        "parameters": int(model.count_params()),
-        "images_per_second": throughput.images_per_second,
-        "train_seconds": train_seconds,
+        "parameters": int(outcome.model.count_params()),
+        "images_per_second": fit.throughput.images_per_second,
+        "train_seconds": outcome.train_seconds,
         "mixed_precision": args.mixed_precision,
         "distribute": args.distribute,
-        "replicas": replicas,
-        "processes": cluster.num_processes,
+        "replicas": outcome.cluster.replicas,
+        "processes": outcome.cluster.num_processes,
         "router": getattr(args, "router", None),
         "smoke": args.smoke,
-        "seed": seed,
-        "resumed_at_epoch": first_epoch if state else None,
+        "seed": outcome.seed,
+        "resumed_at_epoch": outcome.first_epoch if state else None,
         "time_budget_minutes": args.time_budget,
-        "trained_steps": throughput.steps,  # all epochs; fewer when the budget stopped it
-        "stopped_by_time_budget": budget is not None and budget.stopped_at_step is not None,
+        "trained_steps": fit.throughput.steps,  # all epochs; fewer when the budget stopped it
+        "stopped_by_time_budget": fit.stopped_by_time_budget,
         **getattr(args, "extra_metrics", {}),  # set by an example's load_data
         "command": " ".join(
             [os.path.basename(sys.argv[0])] + list(sys.argv[1:] if argv is None else argv)
         ),
     }
-    atomic.write_json(os.path.join(output_dir, "metrics.json"), metrics)
-    if cluster.is_chief and not metrics["stopped_by_time_budget"] and os.path.exists(backup_path):
-        os.remove(backup_path)  # finished: nothing to resume
-    print(
-        f"Test {score} {test_score:.4f}; {metrics['images_per_second'] or math.nan:.1f} "
-        f"training images/s on {metrics['backend']}; outputs in {output_dir}"
-    )
-    return metrics
 
 
 def resumed_state(args, output_dir, backup_path):
