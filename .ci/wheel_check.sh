@@ -14,7 +14,7 @@ set -u
 cd "$(dirname "$0")/.."
 checkout=$(pwd)
 work=$(mktemp -d)
-# Deleted in the background: the venv's ~20,000 files take ~30 s to delete here.
+# Deleted in the background: the venv's ~20,000 files are slow to delete.
 trap 'rm -rf "$work" >/dev/null 2>&1 &' EXIT
 start=$(date +%s)
 

@@ -9,22 +9,19 @@ import os
 
 # JAX keeps its XLA compilations on disk for the whole suite: many tests (and
 # the example scripts they run in subprocesses) build and compile the same
-# models, and XLA on CPU takes ~1.5 s to compile one `truncated_normal`
-# initializer shape (EfficientCapsNet's constructor: 11 s). Every compile is
-# kept, the small ones of op-by-op calls too: the two test processes and the
-# subprocesses share them (the layer and routing tests: 180 s -> 169 s with
-# a threshold of 0 s instead of 0.3 s). Set before Keras imports JAX; an
-# existing setting wins.
+# models, and XLA on CPU compiles every `truncated_normal` initializer shape
+# anew. Every compile is kept, the small ones of op-by-op calls too, so the
+# two test processes and the subprocesses share them (timings:
+# docs/testing.md). Set before Keras imports JAX; an existing setting wins.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_ROOT, ".pytest_cache", "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 # Under pytest-xdist each test process gets its share of the cores for
 # OpenMP (torch's pool): torch sizes it to every core, so two processes on two
-# cores ran four busy pools and tiny ops spent their time waiting on each
-# other (torch, the layer, routing and model tests with two processes: 99 s,
-# 39 s with one thread each; TensorFlow and JAX, whose pools are not OpenMP,
-# did not change with theirs limited). Settings in the environment win.
+# cores would run four busy pools and tiny ops spend their time waiting on
+# each other. TensorFlow's and JAX's pools are not OpenMP and are left alone.
+# Settings in the environment win. Timings: docs/testing.md.
 _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _workers > 1:
     _threads = str(max(1, (os.cpu_count() or 1) // _workers))
@@ -32,13 +29,11 @@ if _workers > 1:
         os.environ.setdefault(_variable, _threads)
 
 # The tests' shapes are tiny, so XLA's time goes into compiling, not running:
-# without LLVM's optimisation passes (the HLO passes, and so the numerics,
-# stay) a JAX run of the SegCaps and matrix-capsule tests took 106 s instead
-# of 181 s; with XLA:CPU's older loop emitters instead of its MLIR fusion
-# emitters, the quaternion-classifier and segmentation-capsule tests took
-# 41 s instead of 76 s on JAX (13 s instead of 16 s for TF's XLA tests).
-# The flags reach XLA on TF and JAX and the examples the tests run in
-# subprocesses; XLA_FLAGS that already name them win.
+# LLVM's optimisation passes are off (the HLO passes, and so the numerics,
+# stay), and XLA:CPU uses its older loop emitters instead of its MLIR fusion
+# emitters, which compile faster (timings: docs/testing.md). The flags reach
+# XLA on TF and JAX and the examples the tests run in subprocesses; XLA_FLAGS
+# that already name them win.
 FAST_COMPILE_FLAGS = (
     "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
     " --xla_cpu_use_fusion_emitters=false"

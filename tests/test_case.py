@@ -93,7 +93,7 @@ def _jax_grads(loss_fn, tensors, diff):
         return loss_fn({**tensors, **diff_values})
 
     # Jitted: one XLA program per call instead of one compile per primitive
-    # and shape (the JAX parity worker: 286 s -> 179 s).
+    # and shape (timings: docs/testing.md).
     return jax.jit(jax.grad(f))({k: tensors[k] for k in diff})
 
 
@@ -178,10 +178,9 @@ class LayerTestCase:
                     p = keras.ops.convert_to_numpy(keras.ops.cast(p, "float32"))
                     assert np.all(np.isfinite(p)), policy
                 if run_training_check:
-                    # XLA is covered by the float32 step above; compiling
-                    # each policy again costs ~10 s per layer on TF. On JAX
-                    # op by op compiles every op alone: jitted, the layer
-                    # tests took 16 s instead of 28 s.
+                    # XLA is covered by the float32 step above, and
+                    # compiling each policy again is slow on TF. Jitted on
+                    # JAX: op-by-op dispatch compiles every op alone.
                     self._check_train_step(mixed, inputs, jit_compile=BACKEND == "jax")
 
     def run_weight_arguments_test(self, layer_cls, init_kwargs, input_data, weights):
@@ -441,7 +440,7 @@ class ModelTestCase:
         for a, b in zip(loaded.weights, model.weights):
             np.testing.assert_array_equal(to_numpy(a), to_numpy(b), err_msg=b.path)
         # Built as loaded: Keras's JAX `predict` first runs a model with an
-        # unbuilt layer eagerly, op by op (a loaded SegCaps: 19 s).
+        # unbuilt layer eagerly, op by op, compiling every op.
         assert all(layer.built for layer in leaf_layers(loaded)), [
             layer.name for layer in leaf_layers(loaded) if not layer.built
         ]
@@ -492,7 +491,7 @@ class ModelTestCase:
 
 def forward(model, inputs, **kwargs):
     """`model(inputs, **kwargs)`; on JAX one jitted call, where an eager call
-    compiles every op (SegCaps: ~20 s of per-op compiles on 2 CPU cores)."""
+    compiles every op."""
     if BACKEND != "jax":
         return model(inputs, **kwargs)
     import jax

@@ -68,9 +68,9 @@ def test_public_class_documents_its_interface(cls):
 
 
 # The ready models' examples build whole models eagerly (on JAX an XLA
-# compile per op: most of a minute for SegCaps; 17 s for CapsNet on
-# TensorFlow). Every ready model is built, fitted, saved and loaded on every
-# backend by tests/models/; their examples' text runs once, on torch.
+# compile per op; slow on TensorFlow too; timings: docs/testing.md). Every
+# ready model is built, fitted, saved and loaded on every backend by
+# tests/models/; their examples' text runs once, on torch.
 MODEL_EXAMPLES = "keras_capsules.models."
 
 

@@ -163,9 +163,8 @@ def assert_serves(served, expected, names=None):
         )
 
 
-# JAX converts a model for export by tracing it (jax2tf, jax2onnx): these
-# two windowed models took about 5 of the 6 minutes of JAX's export tests
-# in CI, EfficientCapsNet most of the rest. They are exported from
+# JAX converts a model for export by tracing it (jax2tf, jax2onnx), slowly
+# for these models (the windowed ones most; timings: docs/testing.md). They are exported from
 # TensorFlow and torch; the routers and CapsNet from JAX too.
 EXPORTED_ON_TF_AND_TORCH_ONLY = {"MatrixCapsNet", "SegCaps", "EfficientCapsNet"}
 
@@ -238,7 +237,7 @@ def test_saved_model_poses_endpoint(tmp_path):
     """The other recipe: a second SavedModel endpoint with keras.export.ExportArchive."""
     if BACKEND != "tensorflow":
         # torch: Keras's ExportArchive has no `track` / `add_endpoint` there.
-        # JAX: it works (jax2tf), but costs ~20 s more of this file's time.
+        # JAX: it works (jax2tf), but adds a slow trace to this file's time.
         pytest.skip("the ExportArchive recipe is tested on TensorFlow")
     model, images, scores = built("CapsNet")
     spec = [keras.InputSpec(shape=(None, *model.image_shape), dtype="float32")]

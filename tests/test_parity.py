@@ -88,7 +88,7 @@ def parity_results():
 def _write_references(path):
     """The float64 references of every case and their finite-difference
     gradients, once per version of the sources (each backend's run and
-    test process reads them; computing them took ~18 s a process)."""
+    test process reads them, instead of computing them in each)."""
     arrays = {}
     for name, case in CASES.items():
         inputs = case.make_inputs()

@@ -37,7 +37,7 @@ def test_capsnet_trains_with_router(name):
         optimizer="adam",
         loss=[kc.MarginLoss(), "mse"],
         loss_weights=[1.0, 0.392],
-        # XLA on TF costs ~40 s of compilation per model; every router's
+        # XLA on TF compiles each whole model slowly; every router's
         # XLA train step is already tested by its LayerTestCase test.
         jit_compile=jit_compile_for_backend(xla_on_tensorflow=False),
     )
