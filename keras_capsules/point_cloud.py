@@ -8,7 +8,11 @@ from keras_capsules.ops import _upcast
 from keras_capsules.quaternion import _cross
 
 
-def nearest_neighbors(queries, points, k):
+# The squared distance given to the points a mask drops: past any real one.
+_DROPPED_DISTANCE = 1e30
+
+
+def nearest_neighbors(queries, points, k, mask=None):
     """Indices of the `k` points nearest to each query, nearest first.
 
     Squared distances `|q|^2 - 2 q.p + |p|^2` (one matmul), then
@@ -20,6 +24,8 @@ def nearest_neighbors(queries, points, k):
         queries: `(batch, m, 3)`.
         points: `(batch, n, 3)`, `n >= k`.
         k: int, the number of neighbours.
+        mask: optional booleans `(batch, n)`, `True` = keep: dropped
+            points are nobody's neighbours (while a cloud keeps `>= k`).
 
     Returns:
         int32 indices into `points`, `(batch, m, k)`.
@@ -38,6 +44,8 @@ def nearest_neighbors(queries, points, k):
         - 2.0 * ops.einsum("bmd,bnd->bmn", queries, points)
         + ops.sum(points * points, axis=-1)[:, None, :]
     )
+    if mask is not None:
+        distances = ops.where(ops.cast(mask, "bool")[:, None, :], distances, _DROPPED_DISTANCE)
     _, indices = ops.top_k(-distances, k)
     return ops.cast(indices, "int32")
 
@@ -74,7 +82,7 @@ def _majority_sign(projections):
     return ops.cast(ops.where(side < 0, -1.0, 1.0), projections.dtype)
 
 
-def local_reference_frames(points, num_neighbors):
+def local_reference_frames(points, num_neighbors, mask=None):
     """A rotation for each point that turns with the cloud: its local
     reference frame.
 
@@ -99,6 +107,9 @@ def local_reference_frames(points, num_neighbors):
     Args:
         points: `(batch, n, 3)`.
         num_neighbors: int, the size of the neighbourhood, `>= 3`.
+        mask: optional booleans `(batch, n)`, `True` = keep: the frames are
+            made from kept points only (a dropped point gets a frame too,
+            from its kept neighbours).
 
     Returns:
         rotation matrices `(batch, n, 3, 3)`, the axes `x, y, z` as columns.
@@ -118,7 +129,7 @@ def local_reference_frames(points, num_neighbors):
     rotations).
     """
     points = ops.stop_gradient(_upcast(points)[0])
-    neighbors = gather(points, nearest_neighbors(points, points, num_neighbors))
+    neighbors = gather(points, nearest_neighbors(points, points, num_neighbors, mask))
     offsets = neighbors - points[:, :, None, :]
     covariance = ops.einsum("bnki,bnkj->bnij", offsets, offsets) / num_neighbors
     _, vectors = ops.eigh(covariance)  # ascending eigenvalues

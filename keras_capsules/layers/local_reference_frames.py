@@ -27,6 +27,8 @@ class LocalReferenceFrames(keras.layers.Layer):
 
     Call arguments:
         points: `(batch, n, 3)`, `n >= num_neighbors`.
+        mask: optional booleans `(batch, n)`, `True` = keep (a Keras mask
+            too): frames from kept neighbours only; passed on.
 
     Returns:
         unit quaternions `(batch, n, 4)`.
@@ -52,6 +54,7 @@ class LocalReferenceFrames(keras.layers.Layer):
                 "`num_neighbors` must be >= 3 (a frame needs a plane of neighbours). "
                 f"Received: num_neighbors={num_neighbors}"
             )
+        self.supports_masking = True
 
     def _check(self, points_shape):
         points_shape = tuple(points_shape)
@@ -70,9 +73,9 @@ class LocalReferenceFrames(keras.layers.Layer):
         self._check(points_shape)
         self.built = True
 
-    def call(self, points):
+    def call(self, points, mask=None):
         self._check(points.shape)
-        frames = point_cloud.local_reference_frames(points, self.num_neighbors)
+        frames = point_cloud.local_reference_frames(points, self.num_neighbors, mask)
         return ops.cast(quaternion.from_rotation_matrix(frames), self.compute_dtype)
 
     def compute_output_shape(self, points_shape):

@@ -44,6 +44,12 @@ class QuaternionCapsuleClassifier(CapsuleTask):
     (shuffle them otherwise); nothing depends on their coordinates, so the
     choice does not break the invariance.
 
+    Clouds of different sizes, padded to one: `mask=` (or a Keras mask)
+    `(batch, n)`, `True` = keep. Dropped points take no part (centring,
+    neighbourhoods, frames, patches: the first `num_patches` kept points)
+    and a padded cloud gets the scores of the unpadded one, while it keeps
+    at least `max(num_patches, patch_size, frame_neighbors)` points.
+
     The task contract of every ready model (`CapsuleTask`):
     `compile(optimizer="auto", loss="auto", metrics="auto")` gives Adam
     (1e-2), `SpreadLoss(margin=0.1)` on the activations (as the authors)
@@ -66,6 +72,7 @@ class QuaternionCapsuleClassifier(CapsuleTask):
     Call arguments:
         points: `(batch, n, 3)`, `n >= num_patches, patch_size, frame_neighbors`.
         training: unused (no layer behaves differently in training).
+        mask: optional booleans `(batch, n)`, `True` = keep.
         return_poses: also return the class capsules' poses `(batch,
             num_classes, 4)`.
 
@@ -129,6 +136,7 @@ class QuaternionCapsuleClassifier(CapsuleTask):
         # Saved as given: each capsule layer routes with a clone of it.
         self.router_config = routing.serialize(router)
         dtype = self.dtype_policy
+        self.supports_masking = True  # `mask=` drops padded points
         self.frames = LocalReferenceFrames(self.frame_neighbors, dtype=dtype, name="frames")
         self.patch_capsules = QuaternionCapsule(
             self.primary_capsules,
@@ -170,13 +178,23 @@ class QuaternionCapsuleClassifier(CapsuleTask):
                 f"Received: {name}.shape={points_shape}"
             )
 
-    def scores_and_poses(self, points, training=None):
+    def scores_and_poses(self, points, training=None, mask=None):
         self._check(points.shape)
         points = ops.convert_to_tensor(points)
-        points = points - ops.mean(points, axis=1, keepdims=True)
-        frames = self.frames(points)
-        centres = points[:, : self.num_patches]
-        neighbors = point_cloud.nearest_neighbors(centres, points, self.patch_size)
+        if mask is None:
+            centre = ops.mean(points, axis=1, keepdims=True)
+        else:
+            keep = ops.cast(mask, points.dtype)[..., None]
+            count = ops.maximum(ops.sum(keep, axis=1, keepdims=True), 1.0)
+            centre = ops.sum(points * keep, axis=1, keepdims=True) / count
+        points = points - centre
+        frames = self.frames(points, mask=mask)
+        centres = (
+            points[:, : self.num_patches]
+            if mask is None
+            else _first_kept(points, mask, self.num_patches)
+        )
+        neighbors = point_cloud.nearest_neighbors(centres, points, self.patch_size, mask)
         offsets = point_cloud.gather(points, neighbors) - centres[:, :, None]
         poses = point_cloud.gather(frames, neighbors)[:, :, :, None]
         activations = ops.ones_like(poses[..., 0])
@@ -185,6 +203,10 @@ class QuaternionCapsuleClassifier(CapsuleTask):
             [centres[:, None], poses[:, None], activations[:, None]]
         )
         return activations[:, 0], poses[:, 0]
+
+    def compute_mask(self, points, mask=None):
+        # The points' mask is used, not passed on: scores have no point axis.
+        return None
 
     def compute_output_shape(self, points_shape, return_poses=False):
         self._check(points_shape)
@@ -206,3 +228,14 @@ class QuaternionCapsuleClassifier(CapsuleTask):
             router=self.router_config,
         )
         return config
+
+
+def _first_kept(points, mask, count):
+    """The first `count` points of each cloud that `mask` keeps, in their
+    order (a cloud that keeps fewer: its dropped points after them)."""
+    n = points.shape[1] or ops.shape(points)[1]
+    order = ops.cast(ops.arange(n), "float32")
+    # Kept points rank above dropped ones, earlier ones above later ones.
+    rank = ops.where(ops.cast(mask, "bool"), 2.0 * n - order, n - order)
+    _, indices = ops.top_k(rank, count)
+    return ops.take_along_axis(points, ops.cast(indices, "int32")[..., None], axis=1)

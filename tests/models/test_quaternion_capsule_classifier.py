@@ -76,3 +76,23 @@ def test_bad_arguments_are_refused(kwargs, match):
 def test_too_few_points_are_refused_before_any_computation():
     with pytest.raises(ValueError, match=r"points.shape=\(2, 10, 3\)"):
         model()(np.zeros((2, 10, 3), "float32"))
+
+
+def test_padded_clouds_with_their_mask_give_the_unpadded_scores():
+    classifier = model()
+    rng = np.random.default_rng(1)
+    clouds = ellipsoids(2, 32, rng)
+    # Padding (far away, junk) put among the points, not only at the end.
+    padded = np.concatenate([clouds, np.full((2, 8, 3), 7.0, "float32")], axis=1)
+    keep = np.concatenate([np.ones((2, 32), bool), np.zeros((2, 8), bool)], axis=1)
+    # The kept points keep their order, so the same ones centre the patches.
+    positions = np.stack([np.sort(rng.choice(40, 32, replace=False)) for _ in range(2)])
+    scattered, mask = np.full((2, 40, 3), 7.0, "float32"), np.zeros((2, 40), bool)
+    for b in range(2):
+        scattered[b, positions[b]] = clouds[b]
+        mask[b, positions[b]] = True
+    expected = to_numpy(forward(classifier, clouds))
+    for points, m in ((padded, keep), (scattered, mask)):
+        scores, poses = forward(classifier, points, mask=m, return_poses=True)
+        np.testing.assert_allclose(to_numpy(scores), expected, atol=1e-5)
+        assert np.all(np.isfinite(to_numpy(poses)))
