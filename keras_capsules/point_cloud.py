@@ -7,7 +7,6 @@ from keras import ops
 from keras_capsules.ops import _upcast
 from keras_capsules.quaternion import _cross
 
-
 # The squared distance given to the points a mask drops: past any real one.
 _DROPPED_DISTANCE = 1e30
 
@@ -62,14 +61,16 @@ def gather(values, indices):
     array([[[[20.],
              [ 0.]]]], dtype=float32)
     """
-    _, m, k = indices.shape
+    k = indices.shape[2]
+    m = indices.shape[1] if isinstance(indices.shape[1], int) else -1
     trailing = tuple(values.shape[2:])
     # One `take` from the flattened batch: row `i` of cloud `b` is row
-    # `b * n + i`.
-    offsets = ops.arange(ops.shape(values)[0], dtype="int32")[:, None, None] * values.shape[1]
+    # `b * n + i` (the sizes may be unknown when traced for export).
+    batch, n = ops.shape(values)[0], ops.shape(values)[1]
+    offsets = ops.arange(batch, dtype="int32")[:, None, None] * ops.cast(n, "int32")
     flat = ops.reshape(ops.cast(indices, "int32") + offsets, (-1,))
     rows = ops.take(ops.reshape(values, (-1,) + trailing), flat, axis=0)
-    return ops.reshape(rows, (-1, m, k) + trailing)
+    return ops.reshape(rows, (batch, m, k) + trailing)
 
 
 def _majority_sign(projections):

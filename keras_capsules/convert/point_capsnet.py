@@ -61,7 +61,7 @@ def _grouped(model):
         if k < 3:
             for ours in _NORM.values():
                 groups[f"decoder.norm_{k}.{ours}"] = (getattr(decoder.norms[k], ours), -1, [])
-    for m in range(decoder.patches):
+    for m in range(decoder.num_patches):
         prefix = f"caps_decoder.decoder.{m}"
         for k in range(4):
             groups[f"decoder.kernel_{k}"][2].append((f"{prefix}.conv{k + 1}.weight", _dense))

@@ -63,7 +63,7 @@ class LocalReferenceFrames(keras.layers.Layer):
                 "LocalReferenceFrames expects points of shape (batch, n, 3). "
                 f"Received: points.shape={points_shape}"
             )
-        if points_shape[1] is not None and points_shape[1] < self.num_neighbors:
+        if isinstance(points_shape[1], int) and points_shape[1] < self.num_neighbors:
             raise ValueError(
                 f"LocalReferenceFrames needs at least num_neighbors={self.num_neighbors} "
                 f"points. Received: points.shape={points_shape}"

@@ -5,11 +5,9 @@ import keras
 from keras_capsules import routing
 from keras_capsules.conv import IMPLEMENTATIONS
 from keras_capsules.layers.auto_conv2d import AutoConv2D
-from keras_capsules.layers.matrix_capsule import (
-    ClassMatrixCapsule,
-    ConvMatrixCapsule,
-    PrimaryMatrixCapsule,
-)
+from keras_capsules.layers.class_matrix_capsule import ClassMatrixCapsule
+from keras_capsules.layers.conv_matrix_capsule import ConvMatrixCapsule
+from keras_capsules.layers.primary_matrix_capsule import PrimaryMatrixCapsule
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.models.capsule_model import CapsuleModel
 from keras_capsules.validation import one_of, positive_float, positive_int

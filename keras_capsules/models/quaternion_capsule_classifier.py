@@ -170,7 +170,7 @@ class QuaternionCapsuleClassifier(CapsuleTask):
         if (
             len(points_shape) != 3
             or points_shape[-1] != 3
-            or (points_shape[1] is not None and points_shape[1] < needed)
+            or (isinstance(points_shape[1], int) and points_shape[1] < needed)
         ):
             raise ValueError(
                 f"QuaternionCapsuleClassifier expects points of shape (batch, n, 3), "
@@ -194,6 +194,9 @@ class QuaternionCapsuleClassifier(CapsuleTask):
             if mask is None
             else _first_kept(points, mask, self.num_patches)
         )
+        # num_patches of them, also where the number of points is unknown
+        # (traced for export).
+        centres = ops.reshape(centres, (-1, self.num_patches, 3))
         neighbors = point_cloud.nearest_neighbors(centres, points, self.patch_size, mask)
         offsets = point_cloud.gather(points, neighbors) - centres[:, :, None]
         poses = point_cloud.gather(frames, neighbors)[:, :, :, None]

@@ -7,7 +7,8 @@ from keras_capsules import routing
 from keras_capsules.conv import IMPLEMENTATIONS
 from keras_capsules.layers.auto_conv2d import AutoConv2D
 from keras_capsules.layers.length import Length
-from keras_capsules.layers.segmentation_capsule import LocalCapsule2D, LocalDeconvCapsule2D
+from keras_capsules.layers.local_capsule_2d import LocalCapsule2D
+from keras_capsules.layers.local_deconv_capsule_2d import LocalDeconvCapsule2D
 from keras_capsules.models.capsule_segmenter import CapsuleSegmenter
 from keras_capsules.validation import non_negative_float, one_of
 

@@ -13,7 +13,7 @@ import pytest
 
 import keras_capsules as kc
 from tests.models.ready_models import READY_MODELS, TASK_BASES
-from tests.test_case import ModelTestCase
+from tests.test_case import BACKEND, ModelTestCase
 
 HERE = pathlib.Path(__file__).resolve().parent
 # Run below; the others' own test files run the harness with their checks.
@@ -74,3 +74,31 @@ class TestReadyModels(ModelTestCase):
             run_mixed_precision_check=name != "CapsuleSequenceClassifier",
         )
         assert np.all(np.isfinite(run.history["loss"]))
+
+
+# Clouds of any number of points through one exported signature, (None,
+# None, 3): SavedModel from TensorFlow and JAX. Not the quaternion
+# classifier from JAX: its neighbourhoods' top_k needs a known number of
+# points there (export it with a fixed one, `input_signature=`).
+POINT_MODELS = ("PointCapsuleClassifier", "QuaternionCapsuleClassifier")
+
+
+@pytest.mark.parametrize("name", POINT_MODELS)
+def test_point_cloud_models_export_for_any_number_of_points(name, tmp_path):
+    if BACKEND not in ("tensorflow", "jax"):
+        pytest.skip(f"SavedModel export from TensorFlow and JAX; {BACKEND} exports ONNX")
+    if BACKEND == "jax" and name == "QuaternionCapsuleClassifier":
+        pytest.skip("jax: top_k needs a known number of points (a fixed input_signature)")
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    model = READY_MODELS[name].build()
+    model.export(str(tmp_path / name), format="tf_saved_model", verbose=False)
+    served = tf.saved_model.load(str(tmp_path / name))
+    rng = np.random.default_rng(0)
+    for points in (16, 24):
+        clouds = rng.normal(size=(3, points, 3)).astype("float32")
+        expected = keras.ops.convert_to_numpy(model(clouds, training=False))
+        np.testing.assert_allclose(
+            served.serve(tf.constant(clouds)).numpy(), expected, rtol=1e-5, atol=1e-6
+        )
