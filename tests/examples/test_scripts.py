@@ -562,7 +562,8 @@ def test_multimnist_loss_accuracy_and_saving(tmp_path):
     digits = rng.uniform(size=(4, 2, 20, 20, 1)).astype("float32")
     y = {"labels": labels, "images": digits}
     model = tiny_multidigit_capsnet()
-    # Jitted on JAX (op by op is slower there); XLA on TF took 38 s to compile.
+    # Jitted on JAX (op by op is slower there); no XLA on TF (its compile
+    # costs more than the evaluation: docs/testing.md).
     model.compile(optimizer="adam", jit_compile=BACKEND == "jax")  # metrics "auto"
     results = model.evaluate(images, y, batch_size=4, verbose=0, return_dict=True)
     scores, poses = model(images, return_poses=True)
