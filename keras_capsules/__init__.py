@@ -32,6 +32,7 @@ from keras_capsules import (
     point_cloud,
     quaternion,
     routing,
+    saving,
 )
 from keras_capsules.callbacks import SpreadLossMarginScheduler
 from keras_capsules.layers import (

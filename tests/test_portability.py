@@ -5,7 +5,9 @@ one step and saved on TensorFlow, PyTorch and JAX (one subprocess per
 backend); each backend then loads the three backends' files (one more
 subprocess each), predicts with both nets and trains the functional one a
 step as loaded (a torch-saved file on TensorFlow and JAX: after
-`load_model(path, compile=False)` + `compile`).
+`load_model(path, compile=False)` + `compile`, and through
+`keras_capsules.saving.load_model(path)`, which keeps the saved optimizer
+state).
 Every public ready model (tests/models/ready_models.py) is also trained a
 step with `compile()`'s defaults and saved on one backend, then loaded on
 the next (`READY_SOURCE`: TensorFlow -> PyTorch -> JAX -> TensorFlow, each
@@ -193,6 +195,12 @@ def load_worker(root, out):
                 model = keras.saving.load_model(path, safe_mode=True, compile=False)
                 _compile(model)
                 results[f"{key}|recompiled_fit"] = np.array(_train_one_step(model, name))
+                # keras_capsules.saving.load_model: compiled as saved, the
+                # optimizer's public class, its state (one step) kept.
+                model = kc.saving.load_model(path)
+                steps = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+                loss, moved = _train_one_step(model, name)
+                results[f"{key}|portable_fit"] = np.array([loss, moved, steps])
     _resume_ready_models(root, results)
     np.savez(out, **results)
 
@@ -281,6 +289,16 @@ def test_loaded_model_trains(source, target, portability):
     else:
         loss, moved = loaded[f"{key}|recompiled_fit"]
     assert np.isfinite(loss) and moved
+
+
+@pytest.mark.parametrize("target", ("tensorflow", "jax"))
+def test_torch_saved_model_of_ones_own_trains_through_saving_load_model(target, portability):
+    """A functional model saved on torch, loaded with
+    `keras_capsules.saving.load_model` on TensorFlow or JAX: it trains,
+    with the saved optimizer state (the step count of the one saved step)."""
+    _, loaded = _pair(portability, "torch", target)
+    loss, moved, steps = loaded["torch|functional|portable_fit"]
+    assert np.isfinite(loss) and moved and steps == 1, (loss, moved, steps)
 
 
 @pytest.mark.parametrize("target", BACKENDS)

@@ -11,27 +11,8 @@ from keras_capsules.labels import check_class_ids, class_targets
 from keras_capsules.metrics import LabelSetAccuracy
 from keras_capsules.models import presets
 from keras_capsules.models.xla import xla_compile_kwargs
+from keras_capsules.saving import portable_optimizer_config
 from keras_capsules.validation import positive_int
-
-
-def _portable_optimizer_config(config):
-    """The serialized optimizer `config`, made loadable on every backend.
-
-    Keras 3.15.1 records an optimizer compiled on torch under its torch-only
-    class (module `keras.src.backend.torch.optimizers...`), which cannot
-    train on TensorFlow or JAX; the same optimizer under its public class
-    (`keras.optimizers.Adam`, same arguments) trains everywhere, and keeps
-    the saved optimizer variables (same names, same order).
-    """
-    if not isinstance(config, dict) or not str(config.get("module", "")).startswith(
-        "keras.src.backend."
-    ):
-        return config
-    name = config.get("class_name")
-    if not isinstance(name, str) or not hasattr(keras.optimizers, name):
-        return config
-    return {**config, "module": "keras.optimizers", "registered_name": None}
-
 
 # Sparse losses and metrics (class ids) -> the ones that take the one-hot
 # targets a task passes them (`targets`): 0.2.0 compiled the point-cloud,
@@ -395,7 +376,7 @@ class CapsuleTask(keras.Model):
     def compile_from_config(self, config):
         # Keras's own skips models that override `compile`: a loaded `.keras`
         # file comes back compiled, through the `compile` above.
-        config = dict(config, optimizer=_portable_optimizer_config(config.get("optimizer")))
+        config = dict(config, optimizer=portable_optimizer_config(config.get("optimizer")))
         if self.num_classes is not None:
             config["loss"], config["metrics"] = _one_hot_compile_arguments(
                 config.get("loss"), config.get("metrics")
