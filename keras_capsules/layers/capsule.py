@@ -10,7 +10,7 @@ from keras_capsules.layers.base_routed_capsule import (
     split_capsule_inputs,
 )
 from keras_capsules.ops import compute_dtype_for, householder_orthogonal
-from keras_capsules.validation import check_activations_shape, positive_int
+from keras_capsules.validation import boolean, check_activations_shape, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -146,9 +146,9 @@ class Capsule(RoutedCapsule):
     ):
         super().__init__(num_capsules, router, **kwargs)
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.share_weights = bool(share_weights)
-        self.orthogonal = bool(orthogonal)
-        self.return_activations = bool(return_activations)
+        self.share_weights = boolean(share_weights, "share_weights")
+        self.orthogonal = boolean(orthogonal, "orthogonal")
+        self.return_activations = boolean(return_activations, "return_activations")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)

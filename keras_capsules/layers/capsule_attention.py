@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.ops import compute_dtype_for, masked_softmax, squash, top_k_softmax
-from keras_capsules.validation import positive_int
+from keras_capsules.validation import boolean, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -84,7 +84,7 @@ class CapsuleAttention(keras.layers.Layer):
         self.num_heads = positive_int(num_heads, "num_heads")
         self.top_k = None if top_k is None else positive_int(top_k, "top_k")
         self.window_size = None if window_size is None else positive_int(window_size, "window_size")
-        self.squash_output = bool(squash_output)
+        self.squash_output = boolean(squash_output, "squash_output")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)

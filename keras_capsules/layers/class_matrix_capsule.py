@@ -13,6 +13,7 @@ from keras_capsules.layers._matrix_pose import (
 )
 from keras_capsules.layers.base_routed_capsule import RoutedCapsule
 from keras_capsules.ops import compute_dtype_for
+from keras_capsules.validation import boolean
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -83,7 +84,7 @@ class ClassMatrixCapsule(RoutedCapsule):
         **kwargs,
     ):
         super().__init__(num_capsules, router, **kwargs)
-        self.coordinate_addition = bool(coordinate_addition)
+        self.coordinate_addition = boolean(coordinate_addition, "coordinate_addition")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)

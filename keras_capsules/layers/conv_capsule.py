@@ -9,7 +9,7 @@ from keras_capsules.initializers import householder_initializer, transform_initi
 from keras_capsules.layers.base_routed_capsule import split_capsule_inputs
 from keras_capsules.layers.windowed_capsule import WindowedCapsule
 from keras_capsules.ops import compute_dtype_for, householder_orthogonal
-from keras_capsules.validation import positive_int
+from keras_capsules.validation import boolean, positive_int
 
 
 class ConvCapsule(WindowedCapsule):
@@ -43,8 +43,8 @@ class ConvCapsule(WindowedCapsule):
             **kwargs,
         )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.orthogonal = bool(orthogonal)
-        self.return_activations = bool(return_activations)
+        self.orthogonal = boolean(orthogonal, "orthogonal")
+        self.return_activations = boolean(return_activations, "return_activations")
         # With orthogonal=True the weight holds Householder vectors, whose
         # reflections are computed in float32.
         self._kernel_name = "householder" if self.orthogonal else "kernel"

@@ -99,7 +99,7 @@ class HeinsenCapsule(RoutedCapsule):
         if router is None:  # the author's routing, sharing what the layer shares
             router = {"class_name": "heinsen", "config": {"share_weights": share_weights}}
         # Before the base's router check, which reads it.
-        self.return_variances = bool(return_variances)
+        self.return_variances = boolean(return_variances, "return_variances")
         super().__init__(num_capsules, router, **kwargs)
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.share_weights = share_weights

@@ -16,7 +16,7 @@ from keras_capsules.conv import IMPLEMENTATIONS, resolve_implementation
 from keras_capsules.initializers import transform_initializer
 from keras_capsules.layers.base_routed_capsule import RoutedCapsule
 from keras_capsules.ops import compute_dtype_for
-from keras_capsules.validation import int_tuple, one_of, positive_int
+from keras_capsules.validation import boolean, int_tuple, one_of, positive_int
 from keras_capsules.xla_hint import XlaHinted
 
 
@@ -50,9 +50,9 @@ class LocalCapsuleBase(XlaHinted, RoutedCapsule):
         self.kernel_size = int_tuple(kernel_size, 2, "kernel_size")
         self.strides = int_tuple(strides, 2, "strides")
         self.padding = one_of(padding, ("valid", "same"), "padding")
-        self.return_activations = bool(return_activations)
+        self.return_activations = boolean(return_activations, "return_activations")
         self.implementation = one_of(implementation, IMPLEMENTATIONS, "implementation")
-        self.use_bias = bool(use_bias)
+        self.use_bias = boolean(use_bias, "use_bias")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)

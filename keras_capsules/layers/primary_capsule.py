@@ -8,7 +8,7 @@ from keras import ops
 from keras_capsules.initializers import primary_bias_initializer, primary_kernel_initializer
 from keras_capsules.layers.primary_convolution import PrimaryConvolution
 from keras_capsules.ops import squash
-from keras_capsules.validation import positive_int
+from keras_capsules.validation import boolean, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -114,7 +114,7 @@ class PrimaryCapsule(PrimaryConvolution):
             **kwargs,
         )
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.squash = bool(squash)
+        self.squash = boolean(squash, "squash")
 
     def build(self, input_shape):
         self._check_inputs(input_shape)
