@@ -20,6 +20,8 @@ import math
 import numbers
 import operator
 
+import keras
+
 from keras_capsules.windows import window_output_shape
 
 
@@ -62,6 +64,38 @@ def boolean(value, name):
     if not isinstance(value, bool):
         raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
     return value
+
+
+def built_input_spec(shape, axes):
+    """A `keras.layers.InputSpec` for inputs like those of `shape`, the
+    shape a layer was built for: their rank, and the sizes of `axes` where
+    `shape` knows them. Set as the layer's `input_spec` in `build`, Keras's
+    `__call__` then refuses, before any computation, a later input whose
+    rank or sizes differ, naming the layer, the axis, the size expected
+    and the shape received.
+
+    Example:
+
+    >>> from keras_capsules.validation import built_input_spec
+    >>> built_input_spec((None, 5, 4), (-1,)).axes
+    {-1: 4}
+    """
+    shape = tuple(shape)
+    return keras.layers.InputSpec(
+        ndim=len(shape), axes={a: shape[a] for a in axes if shape[a] is not None}
+    )
+
+
+def non_empty(layer_name, input_name, shape, axes, names):
+    """Raises unless the sizes of `shape` on `axes` (named `names`), where
+    known, are at least 1: a layer that reduces or reshapes over them has
+    nothing to compute on an empty axis."""
+    shape = tuple(shape)
+    for axis, name in zip(axes, names):
+        if shape[axis] == 0:
+            raise ValueError(
+                f"{layer_name} needs at least one {name}. Received: {input_name}.shape={shape}"
+            )
 
 
 def one_of(value, choices, name):

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_capsules.ops import squash
-from keras_capsules.validation import boolean, positive_int
+from keras_capsules.validation import boolean, built_input_spec, non_empty, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -101,11 +101,15 @@ class PointPrimaryCapsule(keras.layers.Layer):
                 "PointPrimaryCapsule expects inputs of shape (batch, points, features) "
                 f"with known features. Received: input_shape={tuple(input_shape)}"
             )
+        non_empty("PointPrimaryCapsule", "inputs", input_shape, (1,), ("point",))
+        self.input_spec = built_input_spec(input_shape, (-1,))
         self.dense.build(input_shape)
         if self.norm is not None:
             self.norm.build((*input_shape[:-1], self.capsule_dim * self.num_capsules))
 
     def call(self, inputs, mask=None, training=None):
+        # No point to take the max over (the build saw another number).
+        non_empty("PointPrimaryCapsule", "inputs", inputs.shape, (1,), ("point",))
         y = self.dense(inputs)
         if self.norm is not None:
             y = self.norm(y, training=training, mask=mask)

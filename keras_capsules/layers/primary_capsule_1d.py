@@ -5,7 +5,7 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
-from keras_capsules.validation import check_kernel_fits, int_tuple
+from keras_capsules.validation import built_input_spec, check_kernel_fits, int_tuple
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -86,6 +86,8 @@ class PrimaryCapsule1D(PrimaryCapsule):
             )
         self._output_steps(input_shape)
         super().build((input_shape[0], 1, *input_shape[1:]))
+        # The base's spec is for its (batch, 1, steps, channels) form.
+        self.input_spec = built_input_spec(input_shape, (-1,))
 
     def _output_steps(self, input_shape):
         return check_kernel_fits(

@@ -10,7 +10,13 @@ from keras_capsules.conv import (
     resolve_implementation,
     resolve_implementation_3d,
 )
-from keras_capsules.validation import check_kernel_fits, int_tuple, one_of, positive_int
+from keras_capsules.validation import (
+    built_input_spec,
+    check_kernel_fits,
+    int_tuple,
+    one_of,
+    positive_int,
+)
 from keras_capsules.xla_hint import XlaHinted
 
 # What each rank convolves, for the error messages, and the implementations
@@ -77,6 +83,8 @@ class PrimaryConvolution(XlaHinted, keras.layers.Layer):
                 f"channels. Received: input_shape={tuple(input_shape)}"
             )
         self._output_grid(input_shape)
+        # A built layer refuses other channels (and ranks) when called.
+        self.input_spec = built_input_spec(input_shape, (-1,))
 
     def _output_grid(self, input_shape):
         return check_kernel_fits(

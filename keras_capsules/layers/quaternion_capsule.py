@@ -8,6 +8,7 @@ from keras_capsules import quaternion
 from keras_capsules.layers.base_routed_capsule import RoutedCapsule
 from keras_capsules.ops import compute_dtype_for, safe_norm
 from keras_capsules.routing.quaternion import QuaternionRouting
+from keras_capsules.validation import built_input_spec, non_empty
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -113,11 +114,21 @@ class QuaternionCapsule(RoutedCapsule):
                 "QuaternionCapsule needs known patches, neighbors and in_caps. "
                 f"Received: poses.shape={poses}"
             )
+        non_empty(
+            "QuaternionCapsule", "poses", poses, (1, 2, 3), ("patch", "neighbor", "in_caps type")
+        )
         return poses[1:4]
 
     def build(self, input_shape):
         patches, neighbors, in_caps = self._check(input_shape)
         units = self.num_capsules
+        # A built layer refuses another number of input capsule types.
+        offsets_shape, poses_shape, activations_shape = (tuple(s) for s in input_shape)
+        self.input_spec = [
+            built_input_spec(offsets_shape, (-1,)),
+            built_input_spec(poses_shape, (-2, -1)),
+            built_input_spec(activations_shape, (-1,)),
+        ]
         self.kernel_1 = self.add_weight(
             name="kernel_1", shape=(3 * in_caps, units), initializer=self.kernel_initializer
         )

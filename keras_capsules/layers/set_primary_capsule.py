@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_capsules.initializers import primary_bias_initializer, primary_kernel_initializer
 from keras_capsules.ops import squash
-from keras_capsules.validation import positive_int
+from keras_capsules.validation import boolean, built_input_spec, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -90,7 +90,7 @@ class SetPrimaryCapsule(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_capsules = positive_int(num_capsules, "num_capsules")
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
-        self.squash = bool(squash)
+        self.squash = boolean(squash, "squash")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -106,6 +106,7 @@ class SetPrimaryCapsule(keras.layers.Layer):
                 "SetPrimaryCapsule expects inputs of shape (batch, elements, features) "
                 f"with known features. Received: input_shape={tuple(input_shape)}"
             )
+        self.input_spec = built_input_spec(input_shape, (-1,))
         dim = self.capsule_dim
         self.kernel = self.add_weight(
             name="kernel",

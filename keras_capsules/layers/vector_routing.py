@@ -9,7 +9,7 @@ from keras import ops
 
 from keras_capsules.deprecation import renamed
 from keras_capsules.ops import compute_dtype_for, layer_norm
-from keras_capsules.validation import boolean, positive_int
+from keras_capsules.validation import boolean, built_input_spec, positive_int
 
 # The epsilon of the parameter-free layer normalisation of the outputs.
 _NORM_EPSILON = 1e-5
@@ -126,6 +126,7 @@ class VectorRouting(keras.layers.Layer):
                 f"per sequence. Received: input_shape={tuple(input_shape)}"
             )
         self.input_dim = dim
+        self.input_spec = built_input_spec((None, self.num_inputs, dim), (1, -1))
         rows, n_out, d_out = self.num_inputs or 1, self.num_capsules, self.capsule_dim
 
         def normal(stddev):

@@ -8,7 +8,7 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.base_routed_capsule import RoutedCapsule, split_capsule_inputs
-from keras_capsules.validation import check_grid, int_tuple, one_of
+from keras_capsules.validation import built_input_spec, check_grid, int_tuple, one_of
 from keras_capsules.windows import extract_windows
 
 
@@ -107,6 +107,20 @@ class WindowedCapsule(RoutedCapsule):
         )
         types, in_dim = poses_shape[-2:]
         self.in_dim = in_dim
+        # A built layer refuses other types and dims when called, on the
+        # shapes as given (ConvCapsule1D also takes (batch, L, dim) poses
+        # and (batch, L) activations: one type, no types axis).
+        given_poses, given_activations = split_capsule_inputs(input_shape)
+        typed = len(given_poses) == self.rank + 3
+        spec = built_input_spec(given_poses, (-2, -1) if typed else (-1,))
+        if given_activations is not None:
+            given_activations = tuple(given_activations)
+            if typed:
+                activations_spec = built_input_spec((*given_activations[:-1], types), (-1,))
+            else:
+                activations_spec = built_input_spec(given_activations, ())
+            spec = [spec, activations_spec]
+        self.input_spec = spec
         setattr(
             self,
             self._kernel_name,
