@@ -102,7 +102,11 @@ def local_reference_frames(points, num_neighbors, mask=None):
     rotating the cloud by `R` turns every frame `F` into `R F`: the frames
     are rotation-equivariant (where the largest or smallest eigenvalue is
     repeated, as on a perfect plane or sphere, the axis is not defined and
-    the frame is whichever eigenvector `eigh` returns). No gradient flows
+    the frame is whichever eigenvector `eigh` returns). Non-finite
+    coordinates (NaN, Inf) stay in their cloud: every frame of a cloud with
+    a non-finite kept point is NaN, as is the frame of a point whose
+    neighbourhood holds one, and the other clouds' frames do not change
+    (no `eigh` error for the batch). No gradient flows
     through the frames. Computed in float32 for half inputs.
 
     Args:
@@ -133,8 +137,21 @@ def local_reference_frames(points, num_neighbors, mask=None):
     neighbors = gather(points, nearest_neighbors(points, points, num_neighbors, mask))
     offsets = neighbors - points[:, :, None, :]
     covariance = ops.einsum("bnki,bnkj->bnij", offsets, offsets) / num_neighbors
+    # A non-finite covariance would make `eigh` fail for the whole batch on
+    # some backends: the identity goes in its place, and NaN frames come out
+    # for its point and for every point of a cloud with a non-finite kept
+    # point (its neighbourhoods are not defined).
+    finite = ops.all(ops.isfinite(covariance), axis=(-2, -1))  # (b, n)
+    kept_finite = ops.all(ops.isfinite(points), axis=-1)
+    if mask is not None:
+        kept_finite = ops.logical_or(kept_finite, ops.logical_not(ops.cast(mask, "bool")))
+    valid = ops.logical_and(finite, ops.all(kept_finite, axis=1, keepdims=True))
+    identity = ops.eye(3, dtype=covariance.dtype)
+    covariance = ops.where(finite[..., None, None], covariance, identity)
     _, vectors = ops.eigh(covariance)  # ascending eigenvalues
     e_min, e_max = vectors[..., :, 0], vectors[..., :, 2]
     x = e_max * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_max))[..., None]
     z = e_min * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_min))[..., None]
-    return ops.stop_gradient(ops.stack([x, _cross(z, x), z], axis=-1))
+    frames = ops.stack([x, _cross(z, x), z], axis=-1)
+    frames = ops.where(valid[..., None, None], frames, ops.cast(float("nan"), frames.dtype))
+    return ops.stop_gradient(frames)

@@ -173,7 +173,8 @@ def weighted_mean(q, weights):
     `keras.ops.eigh`. It does not depend on the signs of the `q_i`, and it
     rotates with them: `weighted_mean(r q, w) = r weighted_mean(q, w)` (up
     to sign) for any unit `r`. Returned with `w >= 0`; zero weights give
-    the identity.
+    the identity; NaN or Inf quaternions or weights give NaN (for their
+    mean only: no `eigh` error for the others).
 
     The gradient is the eigenvector's first-order perturbation,
     `dm = sum_{k != top} u_k u_k^T dM m / (lambda_top - lambda_k)`, taken
@@ -203,7 +204,11 @@ def weighted_mean(q, weights):
     q, original = _upcast(q)
     weights = ops.cast(weights, q.dtype)
     scatter = ops.einsum("...n,...ni,...nj->...ij", weights, q, q)
-    fixed = ops.stop_gradient(scatter)
+    # A non-finite scatter (NaN or Inf quaternions or weights) would make
+    # `eigh` fail for the whole batch on some backends: the identity goes
+    # in its place, and its mean comes out NaN.
+    finite = ops.all(ops.isfinite(scatter), axis=(-2, -1))[..., None]
+    fixed = ops.where(finite[..., None], ops.stop_gradient(scatter), ops.eye(4, dtype=q.dtype))
     values, vectors = ops.eigh(fixed)  # ascending eigenvalues: the last column
     top = vectors[..., :, -1]
     gaps = values[..., -1:] - values
@@ -216,7 +221,9 @@ def weighted_mean(q, weights):
     )
     identity = ops.convert_to_tensor([1.0, 0.0, 0.0, 0.0], dtype=q.dtype)
     empty = values[..., -1:] <= 0
-    return ops.cast(_positive_real(ops.where(empty, identity, top)), original)
+    mean = _positive_real(ops.where(empty, identity, top))
+    mean = ops.where(finite, mean, ops.cast(float("nan"), q.dtype))
+    return ops.cast(mean, original)
 
 
 def angular_distance(q, r):

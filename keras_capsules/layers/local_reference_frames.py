@@ -17,9 +17,11 @@ class LocalReferenceFrames(keras.layers.Layer):
     into a quaternion (`keras_capsules.quaternion.from_rotation_matrix`,
     `w >= 0`). Rotating the cloud by `r` turns each frame `q` into `r q`
     (up to sign): these are the input poses of rotation-equivariant
-    capsules (`QuaternionCapsule`). No weights, no gradient; computed in
-    float32 under float16/bfloat16 policies, returned in the compute
-    dtype.
+    capsules (`QuaternionCapsule`). A cloud with a NaN or Inf coordinate
+    in a kept point gets NaN frames, and the other clouds of the batch
+    their own frames (no error for the batch). No weights, no gradient;
+    computed in float32 under float16/bfloat16 policies, returned in the
+    compute dtype.
 
     Args:
         num_neighbors: int, the neighbourhood size, `>= 3`.

@@ -29,7 +29,11 @@ class PointPrimaryCapsule(keras.layers.Layer):
     the points and defined for any number of them. A Keras mask `(batch,
     points)` (or `mask=`), `True` = keep, leaves the dropped points out of
     the max (and out of the batch statistics in training), so a padded
-    batch gives the capsules of the unpadded clouds.
+    batch gives the capsules of the unpadded clouds. A cloud whose points
+    are all dropped pools to zeros (the max over no points is defined as
+    0): its capsules are zeros, finite with finite gradients, and the other
+    clouds' capsules do not change. Whatever a dropped point holds (NaN
+    included) takes no part.
 
     The `capsule_dim` maps are one `(features, capsule_dim * num_capsules)`
     kernel, so the layer is one matrix product per point and one batch
@@ -125,6 +129,11 @@ class PointPrimaryCapsule(keras.layers.Layer):
         # TensorFlow with XLA's fast-compile flags.)
         top = ops.expand_dims(ops.argmax(y, axis=1), 1)
         pooled = ops.take_along_axis(y, top, axis=1)[:, 0]  # (batch, maps * capsules), map major
+        if mask is not None:
+            # A cloud with every point dropped: the max over no points is
+            # defined as 0 (not the fill value above, whose squash overflows).
+            kept_any = ops.any(ops.cast(mask, "bool"), axis=1)[:, None]
+            pooled = ops.where(kept_any, pooled, ops.zeros_like(pooled))
         capsules = ops.reshape(pooled, (-1, self.capsule_dim, self.num_capsules))
         capsules = ops.transpose(capsules, (0, 2, 1))
         return squash(capsules) if self.squash else capsules

@@ -29,9 +29,9 @@ class SetPrimaryCapsule(keras.layers.Layer):
 
     Masks: a Keras mask `(batch, elements)` (from `Embedding(mask_zero=True)`,
     `Masking`, or `mask=`), `True` = keep, sets the capsules of dropped
-    elements to 0 and is passed on as `(batch, elements * num_capsules)`, so
-    that `Capsule` routes only the kept children: a padded batch gives the
-    outputs of the unpadded sets.
+    elements to 0 (whatever they hold, NaN or Inf too) and is passed on as
+    `(batch, elements * num_capsules)`, so that `Capsule` routes only the
+    kept children: a padded batch gives the outputs of the unpadded sets.
 
     Initialisation: `PrimaryCapsule`'s (`keras_capsules.initializers`), a
     kernel of variance `1 / (capsule_dim * features)` and a bias of standard
@@ -127,7 +127,9 @@ class SetPrimaryCapsule(keras.layers.Layer):
         y = ops.einsum("bnf,fkd->bnkd", inputs, self.kernel) + self.bias
         capsules = squash(y) if self.squash else y
         if mask is not None:
-            capsules = capsules * ops.cast(mask, capsules.dtype)[:, :, None, None]
+            # Zeros, whatever a dropped element holds (NaN or Inf too).
+            keep = ops.cast(mask, "bool")[:, :, None, None]
+            capsules = ops.where(keep, capsules, ops.zeros_like(capsules))
         batch = ops.shape(inputs)[0]
         return ops.reshape(capsules, (batch, -1, self.capsule_dim))
 

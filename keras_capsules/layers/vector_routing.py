@@ -50,10 +50,10 @@ class VectorRouting(keras.layers.Layer):
 
     Masks: a Keras mask `(batch, n)` (from `Embedding(mask_zero=True)`, a
     keras-hub padding mask, `Masking`) or `mask=`, `True` = keep. Dropped
-    inputs take no part, and the `n` that scales the inputs is each
-    sequence's own count of kept inputs: a padded batch with its mask gives
-    exactly the outputs of the unpadded sequences. A sequence with no kept
-    input gives zeros.
+    inputs take no part (whatever they hold, NaN or Inf too), and the `n`
+    that scales the inputs is each sequence's own count of kept inputs: a
+    padded batch with its mask gives exactly the outputs of the unpadded
+    sequences. A sequence with no kept input gives zeros.
 
     The routing runs in float32 under the `mixed_float16` and
     `mixed_bfloat16` policies (its sums over `n` inputs and its
@@ -176,7 +176,8 @@ class VectorRouting(keras.layers.Layer):
             count = ops.cast(ops.shape(x)[1], dtype)
         else:
             keep = ops.cast(mask, dtype)[:, :, None]  # (b, n, 1)
-            x = x * keep  # so that whatever a dropped input holds stays out
+            # Whatever a dropped input holds (NaN or Inf too) stays out.
+            x = ops.where(ops.cast(mask, "bool")[:, :, None], x, ops.zeros_like(x))
             count = ops.maximum(ops.sum(keep, axis=1, keepdims=True), 1.0)  # (b, 1, 1)
         scaled = x * ops.rsqrt(count)
         # Input activations; the shared parameters (one row) broadcast over n.

@@ -39,7 +39,9 @@ class PointCapsNet(CapsuleTask):
 
     `encode(points, mask=None)` gives the latent capsules of clouds of any
     number of points (the primary capsules are a max over them); a mask
-    `(batch, n)`, `True` = keep, leaves padded points out. `model(points)`
+    `(batch, n)`, `True` = keep, leaves padded points out (a cloud with
+    every point dropped: finite latent capsules, those of zero primary
+    capsules). `model(points)`
     reconstructs `num_points` points; `model(points, return_poses=True)`
     gives `(reconstruction, latent capsules)`. Train as an autoencoder:
     `model.compile()` (Adam at 1e-3, `losses.ChamferDistance()`) then
@@ -161,9 +163,17 @@ class PointCapsNet(CapsuleTask):
     def encode(self, points, mask=None, training=None):
         """The latent capsules `(batch, latent_capsules, latent_dim)` of
         clouds `(batch, n, 3)` of any `n`; `mask` `(batch, n)` drops
-        points (`True` = keep)."""
+        points (`True` = keep), whatever they hold (NaN too). A cloud with
+        every point dropped gets the latent capsules of an empty cloud:
+        its primary capsules, a max over no points, are defined as zeros,
+        so its latent capsules are finite (with finite gradients) and the
+        other clouds' do not change."""
         x = ops.convert_to_tensor(points, dtype=self.compute_dtype)
         self._check_points(tuple(x.shape))
+        if mask is not None:
+            # Whatever a dropped point holds (NaN too) takes no part, also
+            # in the batch statistics of training.
+            x = ops.where(ops.cast(mask, "bool")[:, :, None], x, ops.zeros_like(x))
         for dense, norm in zip(self.stem[::2], self.stem[1::2]):
             x = ops.relu(norm(dense(x), training=training, mask=mask))
         return self.latent(self.primary(x, mask=mask, training=training))

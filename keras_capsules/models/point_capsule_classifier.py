@@ -60,7 +60,10 @@ class PointCapsuleClassifier(CapsuleTask):
 
     Call arguments:
         points: `(batch, n, 3)`, any `n`.
-        mask: optional booleans `(batch, n)`, `True` = keep.
+        mask: optional booleans `(batch, n)`, `True` = keep. A cloud with
+            every point dropped gets finite scores, those of the latent
+            capsules of an empty cloud (`PointCapsNet.encode`), and (in
+            inference) leaves the other clouds' scores as they are alone.
         training: whether the layers run in training mode.
         return_poses: also return the poses.
 

@@ -49,6 +49,9 @@ class QuaternionCapsuleClassifier(CapsuleTask):
     neighbourhoods, frames, patches: the first `num_patches` kept points)
     and a padded cloud gets the scores of the unpadded one, while it keeps
     at least `max(num_patches, patch_size, frame_neighbors)` points.
+    Whatever a dropped point holds (NaN too) takes no part; a cloud with a
+    NaN or Inf coordinate in a kept point gets NaN scores, and the other
+    clouds of the batch their own scores (`LocalReferenceFrames`).
 
     The task contract of every ready model (`CapsuleTask`):
     `compile(optimizer="auto", loss="auto", metrics="auto")` gives Adam
@@ -186,7 +189,9 @@ class QuaternionCapsuleClassifier(CapsuleTask):
         else:
             keep = ops.cast(mask, points.dtype)[..., None]
             count = ops.maximum(ops.sum(keep, axis=1, keepdims=True), 1.0)
-            centre = ops.sum(points * keep, axis=1, keepdims=True) / count
+            # Dropped points take no part, whatever they hold (NaN too).
+            kept = ops.where(ops.cast(mask, "bool")[..., None], points, ops.zeros_like(points))
+            centre = ops.sum(kept, axis=1, keepdims=True) / count
         points = points - centre
         frames = self.frames(points, mask=mask)
         centres = (

@@ -1,0 +1,243 @@
+"""Bad input on the point and set families gets a defined answer, never a
+wrong one for the rest of the batch: a cloud with every point masked gives
+finite outputs, a NaN in one sample stays in that sample (no error for the
+batch), and a NaN at a masked-out position takes no part.
+
+Each row: (subject, input builder, what must hold). Cloud 1 of a batch of
+3 is the bad one; the other clouds must give what they give alone."""
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+
+import keras_capsules as kc
+from tests.models.ready_models import _point_capsnet, _quaternion_classifier, point_classifier
+from tests.test_case import BACKEND, forward, gradients, to_numpy
+
+BATCH, POINTS, BAD = 3, 32, 1
+
+
+# Subjects: `make()` -> `run(subject, x, mask)` gives numpy outputs.
+@dataclasses.dataclass
+class Subject:
+    name: str
+    make: object
+    run: object
+    features: int = 3  # the inputs' last axis
+    model: object = None
+
+
+def _model_run(subject, x, mask):
+    kwargs = {} if mask is None else {"mask": mask}
+    return to_numpy(forward(subject, x, **kwargs))
+
+
+def _encode_run(subject, x, mask):
+    # `return_poses=True`: the latent capsules, as `encode` gives them
+    # (the reconstruction draws its grid at every call).
+    kwargs = {} if mask is None else {"mask": mask}
+    return to_numpy(forward(subject, x, return_poses=True, **kwargs)[1])
+
+
+def _layer_run(subject, x, mask):
+    return to_numpy(subject(x) if mask is None else subject(x, mask=mask))
+
+
+SUBJECTS = {
+    "PointCapsNet.encode": Subject("PointCapsNet.encode", _point_capsnet, _encode_run),
+    "PointCapsuleClassifier[capsules]": Subject(
+        "PointCapsuleClassifier[capsules]", point_classifier("capsules"), _model_run
+    ),
+    "PointCapsuleClassifier[linear]": Subject(
+        "PointCapsuleClassifier[linear]", point_classifier("linear"), _model_run
+    ),
+    "PointPrimaryCapsule": Subject(
+        "PointPrimaryCapsule", lambda: kc.layers.PointPrimaryCapsule(4, 3), _layer_run, 5
+    ),
+    "LocalReferenceFrames": Subject(
+        "LocalReferenceFrames", lambda: kc.layers.LocalReferenceFrames(8), _layer_run
+    ),
+    "QuaternionCapsuleClassifier": Subject(
+        "QuaternionCapsuleClassifier", _quaternion_classifier, _model_run
+    ),
+    "VectorRouting": Subject("VectorRouting", lambda: kc.layers.VectorRouting(3, 4), _layer_run, 6),
+    "SetPrimaryCapsule": Subject(
+        "SetPrimaryCapsule", lambda: kc.layers.SetPrimaryCapsule(2, 4), _layer_run, 6
+    ),
+}
+
+
+def _clean(features):
+    x = np.random.default_rng(0).normal(size=(BATCH, POINTS, features)).astype("float32")
+    mask = np.ones((BATCH, POINTS), bool)
+    mask[2, -6:] = False  # a padded cloud beside the bad one
+    return x, mask
+
+
+# Input builders: features -> (x, mask, clean x or None).
+def fully_masked(features):
+    x, mask = _clean(features)
+    mask[BAD] = False
+    return x, mask, None
+
+
+def nan_in_one_sample(features):
+    x, _ = _clean(features)
+    x[BAD, 5, 0] = np.nan
+    return x, None, None
+
+
+def nan_masked_out(features):
+    clean, mask = _clean(features)
+    mask[BAD, -8:] = False
+    x = clean.copy()
+    x[BAD, -3] = np.nan
+    x[BAD, -5, 1] = np.inf
+    return x, mask, clean
+
+
+def _alone(subject, x, mask, i):
+    return subject.run(subject.model, x[i : i + 1], None if mask is None else mask[i : i + 1])[0]
+
+
+def _others_as_alone(subject, x, mask, outputs):
+    for i in range(BATCH):
+        if i != BAD:
+            np.testing.assert_allclose(
+                outputs[i], _alone(subject, x, mask, i), rtol=1e-5, atol=1e-6, err_msg=f"cloud {i}"
+            )
+
+
+# What must hold: (subject, x, mask, clean, outputs) -> None.
+def finite_and_rest_alone(subject, x, mask, clean, outputs):
+    assert np.isfinite(outputs).all(), outputs
+    _others_as_alone(subject, x, mask, outputs)
+
+
+def rest_alone(subject, x, mask, clean, outputs):
+    # The bad sample's outputs are NaN or whatever they are; the others' exact.
+    _others_as_alone(subject, x, mask, outputs)
+
+
+def as_clean(subject, x, mask, clean, outputs):
+    assert np.isfinite(outputs[[i for i in range(BATCH) if i != BAD]]).all()
+    np.testing.assert_allclose(
+        outputs, subject.run(subject.model, clean, mask), rtol=1e-6, atol=1e-7
+    )
+
+
+def frames_nan_in_bad_sample(subject, x, mask, clean, outputs):
+    assert np.isnan(outputs[BAD]).all(), outputs[BAD]
+    rest_alone(subject, x, mask, clean, outputs)
+
+
+ROWS = [
+    ("PointCapsNet.encode", fully_masked, finite_and_rest_alone),
+    ("PointCapsNet.encode", nan_in_one_sample, rest_alone),
+    ("PointCapsNet.encode", nan_masked_out, as_clean),
+    ("PointCapsuleClassifier[capsules]", fully_masked, finite_and_rest_alone),
+    ("PointCapsuleClassifier[capsules]", nan_in_one_sample, rest_alone),
+    ("PointCapsuleClassifier[capsules]", nan_masked_out, as_clean),
+    ("PointCapsuleClassifier[linear]", fully_masked, finite_and_rest_alone),
+    ("PointCapsuleClassifier[linear]", nan_in_one_sample, rest_alone),
+    ("PointCapsuleClassifier[linear]", nan_masked_out, as_clean),
+    ("PointPrimaryCapsule", fully_masked, finite_and_rest_alone),
+    ("PointPrimaryCapsule", nan_masked_out, as_clean),
+    ("LocalReferenceFrames", nan_in_one_sample, frames_nan_in_bad_sample),
+    ("QuaternionCapsuleClassifier", nan_in_one_sample, rest_alone),
+    ("QuaternionCapsuleClassifier", nan_masked_out, as_clean),
+    ("VectorRouting", fully_masked, finite_and_rest_alone),
+    ("VectorRouting", nan_masked_out, as_clean),
+    ("SetPrimaryCapsule", fully_masked, finite_and_rest_alone),
+    ("SetPrimaryCapsule", nan_masked_out, as_clean),
+]
+
+
+@pytest.fixture(scope="module")
+def built():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            keras.utils.set_random_seed(0)
+            subject = SUBJECTS[name]
+            cache[name] = dataclasses.replace(subject, model=subject.make())
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize(
+    "name, inputs, check",
+    ROWS,
+    ids=[f"{name}-{inputs.__name__}" for name, inputs, _ in ROWS],
+)
+def test_row(built, name, inputs, check):
+    subject = built(name)
+    x, mask, clean = inputs(subject.features)
+    outputs = subject.run(subject.model, x, mask)  # no exception for the batch
+    check(subject, x, mask, clean, outputs)
+
+
+def test_fully_masked_cloud_gradients_are_finite():
+    # The scores' gradient w.r.t. the points, with one cloud fully masked.
+    keras.utils.set_random_seed(0)
+    model = point_classifier("capsules")()
+    x, mask, _ = fully_masked(3)
+    mask_tensor = keras.ops.convert_to_tensor(mask)
+
+    def loss(tensors):
+        return keras.ops.sum(model(tensors["points"], mask=mask_tensor))
+
+    grads = gradients(loss, {"points": keras.ops.convert_to_tensor(x)}, ["points"])
+    grad = to_numpy(grads["points"])
+    assert np.isfinite(grad).all()
+    assert not grad[BAD].any()  # the dropped points take no part
+    assert grad[0].any()
+
+
+def test_fully_masked_primary_capsules_weight_gradients_are_finite():
+    # Training mode (masked batch statistics): the gradients w.r.t. the
+    # features, with one cloud fully masked.
+    keras.utils.set_random_seed(0)
+    layer = kc.layers.PointPrimaryCapsule(4, 3)
+    x, mask, _ = fully_masked(5)
+    mask_tensor = keras.ops.convert_to_tensor(mask)
+    layer.build(x.shape)
+    kernel = layer.dense.kernel
+
+    if BACKEND == "jax":
+        trainable = [v.value for v in layer.trainable_variables]
+        fixed = [v.value for v in layer.non_trainable_variables]
+        index = [v.path for v in layer.trainable_variables].index(kernel.path)
+
+        def loss(tensors):
+            weights = list(trainable)
+            weights[index] = tensors["kernel"]
+            out, _ = layer.stateless_call(
+                weights, fixed, tensors["x"], mask=mask_tensor, training=True
+            )
+            return keras.ops.sum(keras.ops.square(out))
+
+        tensors = {"x": keras.ops.convert_to_tensor(x), "kernel": kernel.value}
+        grads = gradients(loss, tensors, ["x", "kernel"])
+        grads = [to_numpy(grads["x"]), to_numpy(grads["kernel"])]
+    elif BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        inputs = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            loss = tf.reduce_sum(tf.square(layer(inputs, mask=mask_tensor, training=True)))
+        grads = [to_numpy(g) for g in tape.gradient(loss, [inputs, kernel.value])]
+    else:
+        import torch
+
+        inputs = torch.tensor(x, requires_grad=True)
+        loss = torch.sum(layer(inputs, mask=mask_tensor, training=True) ** 2)
+        grads = [to_numpy(g) for g in torch.autograd.grad(loss, [inputs, kernel.value])]
+    for grad in grads:
+        assert np.isfinite(grad).all()
+    assert not grads[0][BAD].any()
