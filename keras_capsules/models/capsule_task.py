@@ -160,6 +160,9 @@ class CapsuleTask(keras.Model):
     inputs_name = "inputs"
     #: The fewest classes the model takes (a classifier needs two).
     min_classes = 1
+    #: Whether the model takes a mask of its inputs (`mask=` or a Keras
+    #: mask; its `scores_and_poses` has a `mask` argument).
+    takes_mask = False
 
     def __init__(self, input_shape=None, num_classes=None, labels_per_image=1, **kwargs):
         super().__init__(**kwargs)
@@ -181,6 +184,7 @@ class CapsuleTask(keras.Model):
         # replicas' steps in interleaved threads; a plain list, set past
         # Keras's attribute tracking, which torch.compile traces as is.
         object.__setattr__(self, "_poses_wanted", [0])
+        self.supports_masking = self.takes_mask
 
     # Presets: the authors' released weights (keras_capsules.models.presets).
 
@@ -245,6 +249,11 @@ class CapsuleTask(keras.Model):
 
     def build(self, input_shape=None):
         self.built = True
+
+    def compute_mask(self, inputs, mask=None):
+        # A mask of the inputs is used, not passed on: the outputs (scores,
+        # a reconstruction) have no axis of the inputs.
+        return None
 
     def train_step(self, *args, **kwargs):
         return self._with_poses(super().train_step, *args, **kwargs)

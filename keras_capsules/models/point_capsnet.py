@@ -84,6 +84,7 @@ class PointCapsNet(CapsuleTask):
     """
 
     inputs_name = "point clouds"
+    takes_mask = True
 
     def __init__(
         self,

@@ -86,6 +86,7 @@ class PointCapsuleClassifier(CapsuleTask):
 
     inputs_name = "point clouds"
     min_classes = 2
+    takes_mask = True
 
     def __init__(
         self, autoencoder, num_classes, head="capsules", capsule_dim=16, router=None, **kwargs
@@ -100,7 +101,6 @@ class PointCapsuleClassifier(CapsuleTask):
             )
         self.autoencoder = autoencoder
         self.head = one_of(head, _HEADS, "head")
-        self.supports_masking = True  # `mask=` drops padded points
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         dtype = self.dtype_policy
         latent_shape = (None, autoencoder.latent_capsules, autoencoder.latent_dim)
@@ -132,11 +132,6 @@ class PointCapsuleClassifier(CapsuleTask):
             self.classifier = keras.layers.Dense(self.num_classes, dtype=dtype, name="classifier")
             self.classifier.build((None, features))
         self.built = True
-
-    def compute_mask(self, points, mask=None):
-        # The mask of the points is used, not passed on: scores have no
-        # point axis.
-        return None
 
     def scores_and_poses(self, points, training=None, mask=None):
         latent = self.autoencoder.encode(points, mask=mask, training=training)

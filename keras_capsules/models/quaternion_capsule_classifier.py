@@ -99,6 +99,7 @@ class QuaternionCapsuleClassifier(CapsuleTask):
 
     inputs_name = "point clouds"
     min_classes = 2
+    takes_mask = True
     default_learning_rate = 1e-2
 
     def __init__(
@@ -139,7 +140,6 @@ class QuaternionCapsuleClassifier(CapsuleTask):
         # Saved as given: each capsule layer routes with a clone of it.
         self.router_config = routing.serialize(router)
         dtype = self.dtype_policy
-        self.supports_masking = True  # `mask=` drops padded points
         self.frames = LocalReferenceFrames(self.frame_neighbors, dtype=dtype, name="frames")
         self.patch_capsules = QuaternionCapsule(
             self.primary_capsules,
@@ -211,10 +211,6 @@ class QuaternionCapsuleClassifier(CapsuleTask):
             [centres[:, None], poses[:, None], activations[:, None]]
         )
         return activations[:, 0], poses[:, 0]
-
-    def compute_mask(self, points, mask=None):
-        # The points' mask is used, not passed on: scores have no point axis.
-        return None
 
     def compute_output_shape(self, points_shape, return_poses=False):
         self._check(points_shape)
