@@ -88,13 +88,8 @@ def _compile(model):
 
 def _train_one_step(model, model_name):
     """Loss of one step and whether every trainable weight moved."""
-    images, labels = _data(model_name)
-    before = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
-    loss = model.fit(images, labels, batch_size=4, epochs=1, verbose=0).history["loss"][0]
-    moved = all(
-        np.any(b != keras.ops.convert_to_numpy(w)) for b, w in zip(before, model.trainable_weights)
-    )
-    return loss, moved
+    (loss, _), moved = _ready_step(model, *_data(model_name))
+    return loss, bool(moved.all())
 
 
 def _predict(model, model_name):

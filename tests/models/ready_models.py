@@ -43,6 +43,11 @@ def _points(classes=3):
     return clouds, labels % classes
 
 
+def _autoencoded(clouds):
+    """An autoencoder's batch: the clouds are the labels too."""
+    return clouds, clouds, (len(clouds), TINY_POINTS["num_points"], 3)
+
+
 def _point_capsnet(**kwargs):
     # Seeded: the decoder draws its grid at every call.
     return kc.models.PointCapsNet(**TINY_POINTS, router=ONE_DYNAMIC_ITERATION, seed=0, **kwargs)
@@ -128,9 +133,7 @@ READY_MODELS = {
         _image_classifier, _with_shape(lambda: batch((12, 12, 3)), (8, 3))
     ),
     "SegCaps": ReadyModel(_segcaps, _masks),
-    "PointCapsNet": ReadyModel(
-        _point_capsnet, lambda: (_points()[0], _points()[0], (8, TINY_POINTS["num_points"], 3))
-    ),
+    "PointCapsNet": ReadyModel(_point_capsnet, lambda: _autoencoded(_points()[0])),
     "PointCapsuleClassifier": ReadyModel(
         point_classifier("capsules"), _with_shape(_points, (8, 3))
     ),
