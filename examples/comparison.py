@@ -21,6 +21,7 @@ not the library's speed (see `benchmarks/` for that).
 """
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import time
@@ -74,9 +75,40 @@ def learning_rate(args):
     return 5e-5 if args.preset and not args.freeze_backbone else 1e-3
 
 
+def add_smoke_argument(parser, **sizes):
+    """`--smoke`: one epoch at the sizes `sizes` (flag name with `_` ->
+    value, e.g. `train=16`) on fake TFDS data (`data.mock_data`, opened by
+    `smoke_data(args)`): the script's code end to end, offline, in seconds,
+    learning nothing."""
+    listed = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in sizes.items())
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"1 epoch on {SMOKE_EXAMPLES} fake TFDS examples per split, with {listed} "
+        "(no download; for tests)",
+    )
+    parser.set_defaults(smoke_sizes=dict(sizes, epochs=1))
+
+
+# Fake examples in each split of a --smoke run.
+SMOKE_EXAMPLES = 24
+
+
+def smoke_data(args):
+    """`data.mock_data` with `--smoke`, else a context that changes nothing."""
+    if not getattr(args, "smoke", False):
+        return contextlib.nullcontext()
+    import data  # TensorFlow and TFDS: only the scripts that read TFDS import it
+
+    return data.mock_data(SMOKE_EXAMPLES)
+
+
 def parse_args(parser, argv):
     """`parser.parse_args(argv)`, with the budget flags checked."""
     args = parser.parse_args(argv)
+    if getattr(args, "smoke", False):
+        for flag, value in args.smoke_sizes.items():
+            setattr(args, flag, value)
     for flag in ("epochs", "batch_size", "steps_per_epoch"):
         value = getattr(args, flag)
         if value is not None and value < 1:

@@ -9,11 +9,13 @@ as validation data; `mock_data` is the fake TFDS of the `--smoke` runs.
 
 import contextlib
 import functools
+import glob
 import math
 import os
 import socket
 import types
 import typing
+import urllib.parse
 import weakref
 
 import numpy as np
@@ -66,16 +68,41 @@ def _is_network_error(error):
     )
 
 
+# What a machine without internet access can do for each dataset the
+# examples read: its own preparation, else bringing the original files.
+_OFFLINE = {
+    "mnist": (
+        "build it from Keras's mnist.npz, brought from a machine with internet "
+        "access (`keras.datasets.mnist.load_data()` saves it to "
+        "~/.keras/datasets/mnist.npz): `python examples/prepare_mnist_offline.py "
+        "mnist.npz DIR`"
+    ),
+}
+
+
+def offline_advice(name):
+    """How to prepare TFDS dataset `name`, with and without internet access."""
+    without = _OFFLINE.get(
+        name.split(":")[0],
+        "bring its original files from a machine that has it (`python "
+        f"examples/prepare_tfds_offline.py {name} --list` prints their URLs) and "
+        f"build it from them: `python examples/prepare_tfds_offline.py {name} DIR "
+        "FILE...`",
+    )
+    return (
+        f"To prepare it: with internet access, `tfds build {name} --data_dir DIR` "
+        f"(then copy DIR to this machine if it is another one); without, {without}. "
+        "Then set TFDS_DATA_DIR=DIR (or pass --data-dir DIR). To try a script "
+        "without the data, run it with --smoke (a few random examples in the "
+        "dataset's format)."
+    )
+
+
 def _unavailable(name, split, data_dir, error):
     where = data_dir or "~/tensorflow_datasets (set TFDS_DATA_DIR or --data-dir)"
     causes = list(_causes(error))
     missing = next((e for e in causes if isinstance(e, ImportError)), None)
-    offline = (
-        f"Prepare it once with `tfds build {name} --data_dir DIR` (or "
-        f"`tfds.builder({name!r}, data_dir=DIR).download_and_prepare()`) on a "
-        "machine with internet access, then point TFDS_DATA_DIR (or the "
-        "--data-dir flag) at DIR."
-    )
+    offline = offline_advice(name)
     if missing is not None:
         module = (missing.name or "").split(".")[0] or str(missing)
         package = _PIP_NAMES.get(module, module.replace("_", "-"))
@@ -89,7 +116,7 @@ def _unavailable(name, split, data_dir, error):
     if any(_is_network_error(e) for e in causes):
         return DatasetUnavailableError(
             f"TFDS dataset {name!r} (split {split!r}) is not prepared in {where} and "
-            f"the download failed: no network connection ({type(error).__name__}: "
+            f"cannot be downloaded: no network connection ({type(error).__name__}: "
             f"{error}). {offline}",
             "network",
         )
@@ -100,8 +127,57 @@ def _unavailable(name, split, data_dir, error):
     )
 
 
+# Seconds to wait for a dataset's download server before giving up: TFDS
+# itself retries a refused connection with back-off for minutes.
+CONNECT_TIMEOUT = 3.0
+# TFDS's mock (`tfds.testing.mock_data`, the --smoke runs) replaces this
+# method with one that downloads nothing.
+_DOWNLOAD_AND_PREPARE = vars(tfds.core.DatasetBuilder)["download_and_prepare"]
+
+
+def _prepared(name, data_dir):
+    """Whether some version of `name` is prepared in `data_dir` (or the
+    default data dir). True for a remote data dir (`gs://...`): TFDS looks."""
+    data_dir = data_dir or tfds.core.constants.get_default_data_dir()
+    if "://" in str(data_dir):
+        return True
+    path = os.path.join(os.path.expanduser(data_dir), *name.split(":")[0].split("/"))
+    # name/version/ or, with a default config, name/config/version/
+    return any(glob.glob(os.path.join(path, *"*" * depth, "dataset_info.json")) for depth in (1, 2))
+
+
+def _server(name):
+    """The scheme and host TFDS downloads `name` from."""
+    try:
+        urls = list(tfds.builder_cls(name.split("/")[0].split(":")[0]).url_infos or ())
+    except Exception:  # an unknown name: TFDS's own error follows
+        urls = []
+    parts = urllib.parse.urlsplit(urls[-1] if urls else "https://storage.googleapis.com")
+    return f"{parts.scheme}://{parts.netloc}/"
+
+
+def connection_error(name, timeout=CONNECT_TIMEOUT):
+    """The error of one request, without retries, to the server of dataset
+    `name` (`None` when it answers within `timeout` seconds, whatever its
+    HTTP status). Honours the proxy variables, as TFDS does."""
+    import requests  # a dependency of tensorflow-datasets
+
+    url = _server(name)
+    try:
+        requests.head(url, timeout=timeout, allow_redirects=False)
+    except requests.exceptions.RequestException as error:
+        return ConnectionError(f"{url} cannot be reached (timeout {timeout:g} s): {error}")
+    return None
+
+
 def load_split(name, split, data_dir=None, download=True, read_whole=True):
     """`tfds.load(name, split=split)` as a dict dataset, with a clear error.
+
+    A dataset that is not prepared in the data dir is downloaded (with
+    `download`) only when its server answers within `CONNECT_TIMEOUT`
+    seconds: without a network the `DatasetUnavailableError` comes in
+    seconds, not after TFDS's minutes of retries, and says how to prepare
+    the dataset offline.
 
     `read_whole=False`: for data that is read only in part each epoch
     (`--steps-per-epoch`). TFDS caches small datasets in memory as they are
@@ -110,6 +186,11 @@ def load_split(name, split, data_dir=None, download=True, read_whole=True):
     """
     data_dir = data_dir or os.environ.get("TFDS_DATA_DIR")
     read_config = None if read_whole else tfds.ReadConfig(try_autocache=False)
+    mocked = vars(tfds.core.DatasetBuilder)["download_and_prepare"] is not _DOWNLOAD_AND_PREPARE
+    if download and not mocked and not _prepared(name, data_dir):
+        error = connection_error(name)
+        if error is not None:
+            raise _unavailable(name, split, data_dir, error) from error
     try:
         return tfds.load(
             name, split=split, data_dir=data_dir, download=download, read_config=read_config
@@ -1125,8 +1206,6 @@ def modelnet40_hdf5(directory, split):
     Files are read with h5py, datasets only (no pickled objects); a missing
     file, dataset or a wrong shape is a `ValueError` naming it.
     """
-    import glob
-
     import h5py
 
     if split not in ("train", "test"):

@@ -31,6 +31,14 @@ novel-viewpoint experiments: train on the images of some viewpoints only,
 report the test accuracy on those familiar viewpoints (test_accuracy) and
 on the novel ones (test_novel_viewpoints_accuracy) separately.
 
+TFDS downloads smallNORB (about 250 MB) on the first run. Without
+internet access, bring its six original files from a machine that has
+them (`python examples/prepare_tfds_offline.py smallnorb --list` prints
+their URLs) and build the dataset from them:
+`python examples/prepare_tfds_offline.py smallnorb DIR FILE...`, then
+`TFDS_DATA_DIR=DIR`. `--smoke` runs the script on random examples, with no
+data.
+
 Writes training_log.csv, metrics.json, model.keras and figures to
 --output-dir (default runs/smallnorb_efficient_capsnet/<backend>).
 """

@@ -30,6 +30,16 @@ heads only. The Embedding models always use the word vocabulary.
 
     KERAS_BACKEND=jax python examples/text_capsules.py --epochs 2
     python examples/text_capsules.py --preset bert_tiny_en_uncased --freeze-backbone
+    python examples/text_capsules.py --smoke   # fake data: a check, in seconds
+
+TFDS downloads the dataset on the first run. Without internet access,
+bring its original file (`aclImdb_v1.tar.gz`; SST-2: `SST-2.zip`) from a
+machine that has it and build the dataset from it:
+
+    python examples/prepare_tfds_offline.py imdb_reviews DIR aclImdb_v1.tar.gz
+    TFDS_DATA_DIR=DIR python examples/text_capsules.py
+
+(`--smoke` runs the script on random examples, no data needed.)
 
 Writes metrics.json (held-out accuracy, parameters, training seconds per
 model) to --output-dir (default runs/text_capsules/<backend>).
@@ -158,14 +168,25 @@ def main(argv=None):
     parser.add_argument("--bert-layers", type=int, default=2)
     parser.add_argument("--bert-dim", type=int, default=128)
     parser.add_argument("--data-dir", help="TFDS data dir (default: $TFDS_DATA_DIR)")
+    comparison.add_smoke_argument(
+        parser,
+        train=comparison.SMOKE_EXAMPLES,
+        test=8,
+        sequence_length=16,
+        vocabulary=100,
+        bert_layers=1,
+        bert_dim=16,
+        batch_size=8,
+    )
     args = comparison.parse_args(parser, argv)
     if args.sequence_length < 8:
         parser.error(f"--sequence-length must be >= 8. Received: {args.sequence_length}")
     learning_rate = comparison.learning_rate(args)
 
     _, held_out = DATASETS[args.dataset]
-    texts, labels = texts_and_labels(args.dataset, "train", args.train, args.data_dir)
-    test_texts, test_labels = texts_and_labels(args.dataset, held_out, args.test, args.data_dir)
+    with comparison.smoke_data(args):
+        texts, labels = texts_and_labels(args.dataset, "train", args.train, args.data_dir)
+        test_texts, test_labels = texts_and_labels(args.dataset, held_out, args.test, args.data_dir)
     num_classes = 2
     words = WordIds(texts, args.vocabulary, args.sequence_length)
     inputs = {}  # once per kind: both BERT models read the same tokens

@@ -21,6 +21,13 @@ and converted by the preset's image converter (grey images repeated to
 three channels), and `--freeze-backbone` trains the heads only.
 
     KERAS_BACKEND=jax python examples/vit_capsules.py --epochs 1
+    python examples/vit_capsules.py --smoke   # fake data: a check, in seconds
+
+TFDS downloads the dataset on the first run. Without internet access:
+MNIST from Keras's mnist.npz (`python examples/prepare_mnist_offline.py
+mnist.npz DIR`), another TFDS dataset from its original files
+(`python examples/prepare_tfds_offline.py NAME DIR FILE...`), then
+`TFDS_DATA_DIR=DIR`.
 
 Writes metrics.json (held-out accuracy, parameters, training seconds per
 model) to --output-dir (default runs/vit_capsules/<backend>).
@@ -103,13 +110,17 @@ def main(argv=None):
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--patch-size", type=int, default=7)
     parser.add_argument("--data-dir", help="TFDS data dir (default: $TFDS_DATA_DIR)")
+    comparison.add_smoke_argument(parser, train=16, test=8, layers=1, dim=16, batch_size=8)
     args = comparison.parse_args(parser, argv)
     learning_rate = comparison.learning_rate(args)
 
-    images, labels, num_classes = images_and_labels(
-        args.dataset, "train", args.train, args.data_dir
-    )
-    test_images, test_labels, _ = images_and_labels(args.dataset, "test", args.test, args.data_dir)
+    with comparison.smoke_data(args):
+        images, labels, num_classes = images_and_labels(
+            args.dataset, "train", args.train, args.data_dir
+        )
+        test_images, test_labels, _ = images_and_labels(
+            args.dataset, "test", args.test, args.data_dir
+        )
     if not args.preset and images.shape[1] % args.patch_size:
         parser.error(
             f"--patch-size must divide the image size {images.shape[1]}. "

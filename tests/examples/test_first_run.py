@@ -2,13 +2,16 @@
 
 The network is cut at the HTTP layer (every request fails at once), so the
 run must end in the examples' `DatasetUnavailableError` caused by a
-connection error. An `ImportError` on the way means the install misses a
-package that TFDS imports lazily on its download path.
+connection error, in seconds (before TFDS's minutes of retries), naming
+the way to prepare the dataset offline. An `ImportError` on TFDS's
+download path means the install misses a package that TFDS imports lazily
+there.
 """
 
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -35,14 +38,22 @@ def _causes(error):
         error = error.__cause__ or error.__context__
 
 
-@pytest.mark.parametrize("name", ["mnist", "smallnorb"])
-def test_first_download_fails_on_the_network_not_on_an_import(name, tmp_path, monkeypatch):
+def _no_network(monkeypatch):
     import requests
 
-    data = example("data")
     patched = {}
     exec(NO_NETWORK.replace("requests.adapters.HTTPAdapter.send = _refuse", ""), patched)
     monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", patched["_refuse"])
+
+
+@pytest.mark.parametrize("name", ["mnist", "smallnorb"])
+def test_first_download_fails_on_the_network_not_on_an_import(name, tmp_path, monkeypatch):
+    """TFDS's own download path (the examples' connection check passed)."""
+    import requests
+
+    data = example("data")
+    _no_network(monkeypatch)
+    monkeypatch.setattr(data, "connection_error", lambda name: None)
     with pytest.raises(data.DatasetUnavailableError) as raised:
         data.load_split(name, "train", data_dir=str(tmp_path / "empty"), download=True)
     error = raised.value
@@ -52,6 +63,45 @@ def test_first_download_fails_on_the_network_not_on_an_import(name, tmp_path, mo
     assert error.reason == "network", str(error)
     assert "no network connection" in str(error)
     assert "TFDS_DATA_DIR" in str(error) and f"tfds build {name}" in str(error)
+
+
+# The offline path each dataset's error names.
+OFFLINE = {
+    "mnist": "examples/prepare_mnist_offline.py mnist.npz DIR",
+    "smallnorb": "examples/prepare_tfds_offline.py smallnorb DIR",
+    "imdb_reviews": "examples/prepare_tfds_offline.py imdb_reviews DIR",
+    "glue/sst2": "examples/prepare_tfds_offline.py glue/sst2 DIR",
+}
+
+
+@pytest.mark.parametrize("name", sorted(OFFLINE))
+def test_offline_fails_in_seconds_naming_the_offline_path(name, tmp_path, monkeypatch):
+    """No network and nothing prepared: the error comes from the examples'
+    one-request check, before TFDS starts its download with retries."""
+    import tensorflow_datasets as tfds
+
+    data = example("data")
+    _no_network(monkeypatch)
+
+    def load(*args, **kwargs):
+        raise AssertionError("tfds.load was called")
+
+    monkeypatch.setattr(tfds, "load", load)
+    start = time.perf_counter()
+    with pytest.raises(data.DatasetUnavailableError) as raised:
+        data.load_split(name, "train", data_dir=str(tmp_path / "empty"))
+    assert time.perf_counter() - start < 5
+    message = str(raised.value)
+    assert raised.value.reason == "network", message
+    assert "cannot be reached" in message and "no network connection" in message
+    assert OFFLINE[name] in message and "--smoke" in message and "TFDS_DATA_DIR" in message
+
+
+def test_mock_data_needs_no_network(monkeypatch):
+    data = example("data")
+    _no_network(monkeypatch)
+    with data.mock_data(4):
+        assert len(list(data.load_split("mnist", "train"))) == 4
 
 
 def test_missing_module_names_the_package_to_install():
@@ -102,6 +152,7 @@ def test_main_command_on_first_run_ends_with_the_network_message(tmp_path):
         result.stderr[-3000:]
     )
     assert "no network connection" in last and "TFDS_DATA_DIR" in last, last
+    assert "examples/prepare_mnist_offline.py" in last, last
     assert "ModuleNotFoundError" not in result.stderr and "ImportError" not in result.stderr
 
 
@@ -109,7 +160,7 @@ def _env():
     return dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND=BACKEND)
 
 
-def test_offline_preparation_from_a_local_npz(tmp_path):
+def test_offline_preparation_from_a_local_npz(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     arrays = {
         f"x_{s}": rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
@@ -119,7 +170,10 @@ def test_offline_preparation_from_a_local_npz(tmp_path):
     np.savez(tmp_path / "mnist.npz", **arrays)
     data_dir = str(tmp_path / "tfds")
     example("prepare_mnist_offline").main([str(tmp_path / "mnist.npz"), data_dir])
-    images, labels = next(iter(example("data").mnist("test", 6, None, data_dir, download=False)))
+    data = example("data")
+    # Prepared: no connection check, no download.
+    monkeypatch.setattr(data, "connection_error", None)
+    images, labels = next(iter(data.mnist("test", 6, None, data_dir, download=True)))
     # TFDS stores the examples in its own (hashed) order.
     pixels = np.round(np.asarray(images)[..., 0] * 255.0).astype(np.uint8)
     read = sorted(zip(np.asarray(labels).tolist(), [im.tobytes() for im in pixels]))

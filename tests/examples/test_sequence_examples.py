@@ -1,4 +1,4 @@
-"""The sequence examples on TFDS mock data: every model of each script
+"""The sequence examples on TFDS mock data (their --smoke): every model of each script
 trains and is evaluated on this backend (what they learn is measured by
 the scripts themselves, on real data)."""
 
@@ -13,13 +13,8 @@ pytest.importorskip("keras_hub", reason="the BERT and ViT models need keras-hub"
 
 
 def test_text_example_trains_every_model(tmp_path):
-    data = example("data")
-    with data.mock_data(24):
-        results = example("text_capsules").main(
-            ["--epochs", "1", "--train", "24", "--test", "8",
-             "--sequence-length", "16", "--bert-dim", "16", "--batch-size", "8",
-             "--output-dir", str(tmp_path)]
-        )  # fmt: skip
+    """`--smoke`: fake TFDS examples, no dataset needed."""
+    results = example("text_capsules").main(["--smoke", "--output-dir", str(tmp_path)])
     with open(tmp_path / "metrics.json") as f:
         assert json.load(f) == json.loads(json.dumps(results))
     assert (results["train"], results["test"]) == (24, 8)
@@ -49,12 +44,8 @@ def test_word_ids_start_with_the_class_token_and_pad_with_zeros():
 
 
 def test_vit_example_trains_both_heads_on_one_backbone(tmp_path):
-    data = example("data")
-    with data.mock_data(16):
-        results = example("vit_capsules").main(
-            ["--epochs", "1", "--train", "16", "--test", "8", "--layers", "1", "--dim", "16",
-             "--batch-size", "8", "--output-dir", str(tmp_path)]
-        )  # fmt: skip
+    """`--smoke`: fake TFDS examples, no dataset needed."""
+    results = example("vit_capsules").main(["--smoke", "--output-dir", str(tmp_path)])
     with open(tmp_path / "metrics.json") as f:
         assert json.load(f) == json.loads(json.dumps(results))
     assert (results["train"], results["test"]) == (16, 8)
