@@ -78,7 +78,7 @@ def keras_variables(model):
     """The variables of a `keras_capsules.models.CapsNet()`, named as `SHAPES`."""
     conv = model.features.get_layer("conv")
     primary = model.features.get_layer("primary")
-    variables = [conv.kernel, conv.bias, primary.kernel, primary.bias, model.digit_capsules.kernel]
+    variables = [conv.kernel, conv.bias, primary.kernel, primary.bias, model.class_capsules.kernel]
     for layer in model.decoder.layers:
         if layer.weights:
             variables += [layer.kernel, layer.bias]

@@ -67,3 +67,25 @@ def test_a_config_saved_under_the_old_names_loads():
     old.build(x.shape)
     old.set_weights(new.get_weights())
     np.testing.assert_allclose(to_numpy(old(x)), to_numpy(new(x)))
+
+
+class _OldStyleClassifier(kc.models.CapsuleClassifier):
+    """A subclass written for 0.2.0: `set_capsules(digit_capsules=...)`."""
+
+    def __init__(self, **kwargs):
+        import keras
+
+        super().__init__((12, 12, 1), 3, reconstruction=False, **kwargs)
+        images = keras.Input(self.image_shape)
+        children = kc.PrimaryCapsule(2, 4, 5, strides=2)(images)
+        self.set_capsules(keras.Model(images, children), digit_capsules=kc.Capsule(3, 6))
+
+
+def test_set_capsules_digit_capsules():
+    with pytest.warns(DeprecationWarning, match=r"set_capsules\(digit_capsules=\) is renamed"):
+        model = _OldStyleClassifier()
+    assert model.digit_capsules is model.class_capsules
+    images = np.zeros((2, 12, 12, 1), "float32")
+    assert tuple(model(images).shape) == (2, 3)
+    with pytest.raises(ValueError, match="Received: class_capsules=None"):
+        model.set_capsules(model.features)

@@ -37,7 +37,7 @@ def keras_capsnet():
     # each routing iteration changes the loss (by ~3%), not only the 7th digit.
     for variable, scale in (
         (model.features.get_layer("primary").kernel, 10.0),
-        (model.digit_capsules.kernel, 30.0),
+        (model.class_capsules.kernel, 30.0),
     ):
         variable.assign(variable * scale)
     weights = capsnet_spec.keras_weights(model)

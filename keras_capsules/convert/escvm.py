@@ -43,8 +43,8 @@ def _smallnorb_layout():
     layout += [
         ("CapsNet/conv2d_8/kernel:0", (8, 8, 1, 128), "features/primary/kernel"),
         ("CapsNet/conv2d_8/bias:0", (128,), "features/primary/bias"),
-        ("CapsNet/digit_caps/W:0", (5, 16, 8, 16), "digit_capsules/kernel"),
-        ("CapsNet/digit_caps/b:0", (5, 16, 1), "digit_capsules/router/priors"),
+        ("CapsNet/digit_caps/W:0", (5, 16, 8, 16), "class_capsules/kernel"),
+        ("CapsNet/digit_caps/b:0", (5, 16, 1), "class_capsules/router/priors"),
         ("Generator/dense/kernel:0", (80, 64), "decoder/dense/kernel"),
         ("Generator/dense/bias:0", (64,), "decoder/dense/bias"),
     ]
@@ -62,9 +62,9 @@ SMALLNORB_LAYOUT = _smallnorb_layout()
 def _to_ours(our_key, array):
     if our_key == "features/primary/kernel":  # Conv2D(groups=128): (8, 8, 1, 128)
         return array[:, :, 0, :]
-    if our_key == "digit_capsules/kernel":  # W (out, in, in_dim, out_dim)
+    if our_key == "class_capsules/kernel":  # W (out, in, in_dim, out_dim)
         return np.transpose(array, (1, 0, 2, 3))  # -> (in, out, in_dim, out_dim)
-    if our_key == "digit_capsules/router/priors":  # b (out, in, 1)
+    if our_key == "class_capsules/router/priors":  # b (out, in, 1)
         return np.transpose(array[..., 0], (1, 0))  # -> (in, out)
     return array
 
@@ -80,8 +80,8 @@ def smallnorb_weights(weights):
     CapsNet/conv2d_{4..7}               -> features/conv{1..4}     (HWIO, as is)
     CapsNet/instance_normalization{,_1,_2,_3} -> features/norm{1..4} (gamma, beta)
     CapsNet/conv2d_8  (8, 8, 1, 128)    -> features/primary        kernel[:, :, 0, :]
-    CapsNet/digit_caps/W (5, 16, 8, 16) -> digit_capsules/kernel   transpose(1, 0, 2, 3)
-    CapsNet/digit_caps/b (5, 16, 1)     -> digit_capsules/router/priors  b[..., 0].T
+    CapsNet/digit_caps/W (5, 16, 8, 16) -> class_capsules/kernel   transpose(1, 0, 2, 3)
+    CapsNet/digit_caps/b (5, 16, 1)     -> class_capsules/router/priors  b[..., 0].T
     Generator/dense, conv2d{,_1,_2,_3}  -> decoder/dense, decoder/conv{1..4}
     ```
 
@@ -101,7 +101,7 @@ def smallnorb_weights(weights):
     >>> from keras_capsules.convert import escvm
     >>> released = {key: np.zeros(shape, "float32") for key, shape, _ in escvm.SMALLNORB_LAYOUT}
     >>> ours = escvm.smallnorb_weights(released)
-    >>> ours["digit_capsules/kernel"].shape, ours["digit_capsules/router/priors"].shape
+    >>> ours["class_capsules/kernel"].shape, ours["class_capsules/router/priors"].shape
     ((16, 5, 8, 16), (16, 5))
 
     Reference: Mazzia, Salvetti & Chiaberge, "Efficient-CapsNet: capsule
@@ -148,10 +148,10 @@ def model_variables(model):
     primary = model.features.get_layer("primary")
     variables["features/primary/kernel"] = primary.kernel
     variables["features/primary/bias"] = primary.bias
-    variables["digit_capsules/kernel"] = model.digit_capsules.kernel
-    router = model.digit_capsules.router
+    variables["class_capsules/kernel"] = model.class_capsules.kernel
+    router = model.class_capsules.router
     if getattr(router, "use_priors", False):
-        variables["digit_capsules/router/priors"] = router.priors
+        variables["class_capsules/router/priors"] = router.priors
     if model.reconstruction:
         variables["decoder/dense/kernel"] = model.decoder.get_layer("dense").kernel
         variables["decoder/dense/bias"] = model.decoder.get_layer("dense").bias

@@ -141,14 +141,14 @@ class CapsNet(CapsuleClassifier):
                 router=router,
                 dtype=dtype,
                 kernel_initializer=_truncated_normal(0.01),
-                name="digit_capsules",
+                name="class_capsules",
             ),
         )
 
     def get_config(self):
         config = super().get_config()
         config.update(
-            router=routing.serialize(self.digit_capsules.router),
+            router=routing.serialize(self.class_capsules.router),
             conv_filters=self.conv_filters,
             primary_capsules=self.primary_capsules,
             primary_dim=self.primary_dim,

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules.deprecation import renamed
 from keras_capsules.labels import one_hot
 from keras_capsules.layers.length import Length
 from keras_capsules.layers.mask import Mask
@@ -54,11 +55,11 @@ class CapsuleClassifier(CapsuleModel):
     after a `.keras` round trip whatever the global policy is then.
 
     Subclasses pass the base arguments to `__init__` by keyword, then
-    call `self.set_capsules(features, digit_capsules)` with `features` (a
+    call `self.set_capsules(features, class_capsules)` with `features` (a
     model: images -> child capsules `(batch, children, dim)`, taking
     `training`; a subclass that overrides `child_capsules` may feed it
     something else, as `CapsuleImageClassifier` feeds it the backbone's
-    feature map) and `digit_capsules` (a `keras_capsules.layers.Capsule` with one
+    feature map) and `class_capsules` (a `keras_capsules.layers.Capsule` with one
     capsule per class), each of their layers made with
     `dtype=self.dtype_policy`; they extend `get_config`. `child_capsules`
     and `encode` may be overridden; `call`, `train_step`, `test_step`,
@@ -94,7 +95,7 @@ class CapsuleClassifier(CapsuleModel):
     ...         children = keras_capsules.layers.PrimaryCapsule(
     ...             2, 4, 5, strides=2, dtype=self.dtype_policy)(images)
     ...         self.set_capsules(keras.Model(images, children), keras_capsules.layers.Capsule(
-    ...             3, 6, dtype=self.dtype_policy, name="digit_capsules"))
+    ...             3, 6, dtype=self.dtype_policy, name="class_capsules"))
     >>> model = TinyCapsNet()
     >>> images = np.random.default_rng(0).uniform(size=(2, 12, 12, 1))
     >>> tuple(model(images).shape), tuple(model.reconstruct(images).shape)
@@ -138,20 +139,39 @@ class CapsuleClassifier(CapsuleModel):
         self.mask = Mask(name="mask", dtype=self.dtype_policy)
         self.reconstruction_loss = keras.losses.MeanSquaredError()
 
-    def set_capsules(self, features, digit_capsules):
-        """Sets `self.features` and `self.digit_capsules` (built for the
+    def set_capsules(self, features, class_capsules=None, **kwargs):
+        """Sets `self.features` and `self.class_capsules` (built for the
         features' output), the decoder when `self.reconstruction`, and
-        builds the model: the end of a subclass's `__init__`."""
+        builds the model: the end of a subclass's `__init__`.
+
+        `digit_capsules=` is the 0.2.0 name of `class_capsules=` (it goes
+        in 0.4.0), and `self.digit_capsules` stays an alias of
+        `self.class_capsules` until then: files saved by 0.2.0 keep their
+        weights under that name, and load through it."""
+        class_capsules = renamed(
+            kwargs, "digit_capsules", "class_capsules", class_capsules, "set_capsules"
+        )
+        if kwargs:
+            raise ValueError(f"Unknown arguments of set_capsules. Received: {sorted(kwargs)}")
+        if class_capsules is None:
+            raise ValueError(
+                "`class_capsules` must be a capsule layer with one capsule per "
+                "class. Received: class_capsules=None"
+            )
         self.features = features
-        self.digit_capsules = digit_capsules
-        digit_capsules.build(features.output.shape)
+        self.class_capsules = class_capsules
+        # The 0.2.0 name, a second reference to the same layer: Keras saves
+        # the layer once, under `class_capsules` (the first name), and a
+        # 0.2.0 file's weights, saved under `digit_capsules`, load through it.
+        self.digit_capsules = class_capsules
+        class_capsules.build(features.output.shape)
         # Called symbolically, so that `summary()` shows them built, with
         # their output shapes.
-        poses = keras.KerasTensor(digit_capsules.compute_output_shape(features.output.shape))
+        poses = keras.KerasTensor(class_capsules.compute_output_shape(features.output.shape))
         self.scores(poses)
         self.mask(poses)
         if self.reconstruction:
-            self.decoder = self._build_decoder(digit_capsules.capsule_dim)
+            self.decoder = self._build_decoder(class_capsules.capsule_dim)
         self.build((None, *self.image_shape))
 
     def _build_decoder(self, capsule_dim):
@@ -174,7 +194,7 @@ class CapsuleClassifier(CapsuleModel):
 
     def encode(self, images, training=None):
         """Class-capsule poses `(batch, num_classes, capsule_dim)`."""
-        return self.digit_capsules(self.child_capsules(images, training=training))
+        return self.class_capsules(self.child_capsules(images, training=training))
 
     def scores_and_poses(self, images, training=None):
         poses = self.encode(images, training=training)
@@ -261,7 +281,7 @@ class CapsuleClassifier(CapsuleModel):
     def routing_coefficients(self, images):
         """Coupling coefficients of the class capsules, `(batch, in_caps, num_classes)`."""
         children = self.child_capsules(ops.convert_to_tensor(images), training=False)
-        return self.digit_capsules(children, return_coefficients=True)[1]
+        return self.class_capsules(children, return_coefficients=True)[1]
 
     def get_config(self):
         config = super().get_config()  # name, trainable, dtype, input_shape, num_classes

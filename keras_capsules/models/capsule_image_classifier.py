@@ -148,7 +148,7 @@ class CapsuleImageClassifier(CapsuleClassifier):
                 self.num_classes,
                 self.capsule_dim,
                 router=router,
-                name="digit_capsules",
+                name="class_capsules",
                 dtype=self.dtype_policy,
             ),
         )
@@ -160,7 +160,7 @@ class CapsuleImageClassifier(CapsuleClassifier):
         config = super().get_config()
         config.update(
             backbone=keras.saving.serialize_keras_object(self.backbone),
-            router=routing.serialize(self.digit_capsules.router),
+            router=routing.serialize(self.class_capsules.router),
             primary_capsules=self.primary_capsules,
             primary_dim=self.primary_dim,
             capsule_dim=self.capsule_dim,

@@ -156,7 +156,7 @@ class EfficientCapsNet(CapsuleClassifier):
                 16,
                 router="self_attention" if router is None else router,
                 kernel_initializer="he_normal",
-                name="digit_capsules",
+                name="class_capsules",
                 dtype=dtype,
             ),
         )
@@ -247,13 +247,13 @@ class EfficientCapsNet(CapsuleClassifier):
 
     def count_encoder_params(self):
         """Trainable parameters without the decoder: the paper's count."""
-        weights = self.features.trainable_weights + self.digit_capsules.trainable_weights
+        weights = self.features.trainable_weights + self.class_capsules.trainable_weights
         return int(sum(ops.size(w) for w in weights))
 
     def get_config(self):
         config = super().get_config()
         config.update(
-            router=routing.serialize(self.digit_capsules.router), architecture=self.architecture
+            router=routing.serialize(self.class_capsules.router), architecture=self.architecture
         )
         return config
 

@@ -48,8 +48,8 @@ def test_layouts_are_mapped():
     ours = escvm.smallnorb_weights(weights)
     assert len(ours) == len(weights) == 30
     w, b = weights["CapsNet/digit_caps/W:0"], weights["CapsNet/digit_caps/b:0"]
-    np.testing.assert_array_equal(ours["digit_capsules/kernel"][3, 2], w[2, 3])
-    np.testing.assert_array_equal(ours["digit_capsules/router/priors"][3, 2], b[2, 3, 0])
+    np.testing.assert_array_equal(ours["class_capsules/kernel"][3, 2], w[2, 3])
+    np.testing.assert_array_equal(ours["class_capsules/router/priors"][3, 2], b[2, 3, 0])
     np.testing.assert_array_equal(
         ours["features/primary/kernel"], weights["CapsNet/conv2d_8/kernel:0"][:, :, 0]
     )

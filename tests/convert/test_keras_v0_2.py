@@ -1,7 +1,8 @@
 """`.keras` files saved by keras-capsules 0.2.0 (tests/fixtures/v0_2_0,
 made by tests/fixtures/make_v0_2_0_fixtures.py) load with `safe_mode=True`,
 give the outputs they gave, and train as loaded: arguments renamed in
-0.3.0 and losses compiled sparse in 0.2.0 included."""
+0.3.0, class capsules saved as `digit_capsules` (renamed `class_capsules`)
+and losses compiled sparse in 0.2.0 included."""
 
 import pathlib
 import warnings
@@ -19,6 +20,9 @@ NAMES = sorted(p.stem for p in FIXTURES.glob("*.keras"))
 
 def test_the_fixtures_are_there():
     assert NAMES == [
+        "capsnet",
+        "capsule_image_classifier",
+        "efficient_capsnet",
         "heinsen_capsnet",
         "point_capsule_classifier",
         "quaternion_capsule_classifier",

@@ -89,7 +89,7 @@ def test_compute_loss_uses_the_poses_of_its_own_images(other_batch):
     # other poses change the loss by ~5%.
     for variable, scale in (
         (model.features.get_layer("primary").kernel, 10.0),
-        (model.digit_capsules.kernel, 300.0),
+        (model.class_capsules.kernel, 300.0),
         (model.decoder.layers[0].kernel, 10.0),
         (model.decoder.layers[1].kernel, 10.0),
     ):
@@ -108,7 +108,7 @@ def test_compute_loss_uses_the_poses_of_its_own_images(other_batch):
         model.compute_loss(None, yb, y_pred)
 
 
-def test_digit_capsules_layer_is_named_as_the_attribute():
+def test_class_capsules_layer_is_named_as_the_attribute():
     models = [
         kc.CapsNet(
             (20, 20, 1),
@@ -122,7 +122,11 @@ def test_digit_capsules_layer_is_named_as_the_attribute():
         kc.EfficientCapsNet((16, 16, 1), 3, decoder_units=(8,)),
     ]
     for model in models:
-        assert model.digit_capsules.name == "digit_capsules"
+        assert model.class_capsules.name == "class_capsules"
+        # The 0.2.0 name is the same layer, counted once.
+        assert model.digit_capsules is model.class_capsules
+        assert sum(layer is model.class_capsules for layer in model.layers) == 1
+        assert len({id(w) for w in model.weights}) == len(model.weights)
 
 
 class OrthogonalCapsNet(CapsuleClassifier):
@@ -133,8 +137,8 @@ class OrthogonalCapsNet(CapsuleClassifier):
         images = keras.Input(self.image_shape)
         children = kc.PrimaryCapsule(2, 4, 5, strides=2)(images)
         self.features = keras.Model(images, children)
-        self.digit_capsules = kc.Capsule(3, 6, orthogonal=True, name="digit_capsules")
-        self.digit_capsules.build(children.shape)
+        self.class_capsules = kc.Capsule(3, 6, orthogonal=True, name="class_capsules")
+        self.class_capsules.build(children.shape)
         self.build((None, *self.image_shape))
 
 
@@ -143,7 +147,7 @@ def test_routing_coefficients_of_orthogonal_capsules():
     images = np.random.default_rng(1).uniform(size=(2, 12, 12, 1)).astype("float32")
     children = to_numpy(model.features(images)).astype("float64")
     transforms = ref.householder_orthogonal(
-        to_numpy(model.digit_capsules.householder).astype("float64"), 4, 6
+        to_numpy(model.class_capsules.householder).astype("float64"), 4, 6
     )
     expected = dynamic_routing(capsule_votes(children, transforms))[2]
     c = to_numpy(model.routing_coefficients(images))

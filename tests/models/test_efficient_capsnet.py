@@ -110,7 +110,7 @@ def test_authors_weights_give_the_float64_reference():
     model.load_authors_weights(AUTHORS_WEIGHTS)
     # One compiled pass (predict) for the scores, poses and argmax-masked reconstruction.
     images = keras.Input((48, 48, 2))
-    poses = model.digit_capsules(model.features(images))
+    poses = model.class_capsules(model.features(images))
     probe = keras.Model(images, [model.scores(poses), poses, model.decoder(model.mask(poses))])
     outputs = probe.predict(expected["images"], verbose=0)
     for name, value in zip(["scores", "poses", "reconstruction"], outputs):

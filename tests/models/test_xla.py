@@ -29,9 +29,9 @@ def test_set_xla_reaches_nested_layers_and_routers():
         router=EMRouting(iterations=1),
     )
     hinted = {
-        capsnet: [capsnet.features.get_layer("primary"), capsnet.digit_capsules.router],
+        capsnet: [capsnet.features.get_layer("primary"), capsnet.class_capsules.router],
         efficient: [efficient.features.get_layer(f"conv{i}") for i in (1, 2, 3, 4)]
-        + [efficient.digit_capsules.router],
+        + [efficient.class_capsules.router],
         matrix: [matrix.network.get_layer("conv"), matrix.network.get_layer("primary_capsules")]
         + [matrix.network.get_layer(n).router for n in ("conv_capsules1", "class_capsules")],
     }

@@ -157,7 +157,7 @@ def test_model_router_names_round_trip():
                 for n in ("conv_capsules1", "conv_capsules2", "class_capsules")
             ]
         else:
-            routers = [model.digit_capsules.router, restored.digit_capsules.router]
+            routers = [model.class_capsules.router, restored.class_capsules.router]
         expected = kc.SelfAttentionRouting if isinstance(model, kc.CapsNet) else kc.DynamicRouting
         assert all(type(r) is expected for r in routers)
 
