@@ -15,16 +15,21 @@ class LabelSetAccuracy(keras.metrics.MeanMetricWrapper):
     `k` highest scores is the set of its labelled classes:
 
     ```
-    correct = all_i [score_i >= kth_largest(score)] == [i labelled]
+    correct = [sum_i y_i = k] and min_{i: y_i = 1} score_i > max_{j: y_j = 0} score_j
     ```
 
-    With `k = 1` this is plain accuracy (ties aside). Its error is the
+    that is, every labelled class scores strictly higher than every other
+    class. A tie between a labelled class and another one leaves the top
+    `k` undecided and counts as wrong, on every backend alike. With `k = 1`
+    this is plain accuracy (ties counted wrong). Its error is the
     MultiMNIST error of Sabour et al. 2017.
 
     It is for images that all hold exactly `k` labels: an image with fewer
-    or more is never counted correct, however right its scores. For a
+    or more is never counted correct, however its scores tie. For a
     number of labels that varies from image to image (0 to 3 objects, say)
-    use `ExactSetAccuracy`, which thresholds the scores instead.
+    use `ExactSetAccuracy`, which thresholds the scores instead. Scores
+    are compared in their own float dtype (float64 scores are not rounded
+    to float32 first).
 
     Args:
         k: labels per image, `>= 1`.
@@ -43,6 +48,14 @@ class LabelSetAccuracy(keras.metrics.MeanMetricWrapper):
     >>> float(metric.result())
     0.5
 
+    Images with other than two labels are wrong, even when scores tie:
+
+    >>> metric = keras_capsules.metrics.LabelSetAccuracy(2)
+    >>> metric.update_state(np.array([[1, 1, 0], [1, 1, 1], [0, 0, 0]]),
+    ...                     np.array([[0.9, 0.8, 0.1], [0.9, 0.9, 0.9], [0.5, 0.5, 0.5]]))
+    >>> round(float(metric.result()), 4)
+    0.3333
+
     Reference: Sabour, Frosst & Hinton, "Dynamic Routing Between Capsules",
     NeurIPS 2017 (section 6).
     """
@@ -55,12 +68,27 @@ class LabelSetAccuracy(keras.metrics.MeanMetricWrapper):
         return {"k": self.k, "name": self.name, "dtype": self.dtype}
 
 
+def _float_scores(y_pred):
+    """`y_pred` as a float tensor: float inputs keep their dtype (float64
+    stays float64), others become float32."""
+    scores = ops.convert_to_tensor(y_pred)
+    if "float" not in keras.backend.standardize_dtype(scores.dtype):
+        scores = ops.cast(scores, "float32")
+    return scores
+
+
 def label_set_correct(y_true, y_pred, k=2):
-    """1.0 per image whose `k` highest scores are its `k` labelled classes."""
-    scores = ops.cast(y_pred, "float32")
-    kth = ops.top_k(scores, k)[0][:, k - 1 :]
-    predicted = ops.cast(scores >= kth, "float32")
-    return ops.cast(ops.all(predicted == ops.cast(y_true, "float32"), axis=-1), "float32")
+    """1.0 per image that holds exactly `k` labels, each scoring strictly
+    higher than every unlabelled class; 0.0 otherwise (ties included)."""
+    scores = _float_scores(y_pred)
+    labelled = ops.cast(y_true, "float32") > 0.5
+    # The lowest labelled score and the highest other one: no sentinel
+    # value, so any finite scores of either dtype compare exactly.
+    lowest = ops.min(ops.where(labelled, scores, ops.max(scores, axis=-1, keepdims=True)), axis=-1)
+    highest = ops.max(ops.where(labelled, ops.min(scores, axis=-1, keepdims=True), scores), axis=-1)
+    count = ops.sum(ops.cast(labelled, "int32"), axis=-1)
+    separated = ops.logical_or(lowest > highest, count == ops.shape(scores)[-1])
+    return ops.cast(ops.logical_and(count == k, separated), "float32")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -115,7 +143,8 @@ class ExactSetAccuracy(keras.metrics.MeanMetricWrapper):
 def exact_set_correct(y_true, y_pred, threshold=0.5):
     """1.0 per image whose classes scored above `threshold` are exactly
     its labelled classes (targets above 0.5)."""
-    predicted = ops.cast(y_pred, "float32") > threshold
+    scores = _float_scores(y_pred)
+    predicted = scores > threshold
     labelled = ops.cast(y_true, "float32") > 0.5
     return ops.cast(ops.all(predicted == labelled, axis=-1), "float32")
 

@@ -2,6 +2,8 @@
 number): values against NumPy, images without labels, configs, errors,
 use in compile."""
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -32,6 +34,86 @@ def test_perfect_scores_are_perfect_for_any_number_of_labels():
     set_of_two = kc.metrics.LabelSetAccuracy(2)
     set_of_two.update_state(labels, scores)
     assert float(set_of_two.result()) == 0.25
+
+
+def test_label_set_accuracy_ties_do_not_make_other_than_k_labels_right():
+    # Scores that tie (an untrained or saturated model): the image with two
+    # labels is right, the ones with 0, 1 and 3 are not (0.5 before: the
+    # three tied top scores of the last image matched its three labels).
+    labels = np.array([[0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0]], "float32")
+    metric = kc.metrics.LabelSetAccuracy(2)
+    metric.update_state(labels, 0.1 + 0.8 * labels)
+    assert float(metric.result()) == 0.25
+    # All scores equal: no image is right, whatever its labels.
+    metric = kc.metrics.LabelSetAccuracy(2)
+    metric.update_state(labels, np.full_like(labels, 0.5))
+    assert float(metric.result()) == 0.0
+
+
+def reference_label_set_correct(y_true, y_pred, k):
+    """Float64 NumPy: exactly `k` labels, and the `k` highest scores (sorted,
+    the `k`-th strictly above the next) are the labelled classes."""
+    y_true, y_pred = np.float64(y_true) > 0.5, np.float64(y_pred)
+    order = np.argsort(-y_pred, axis=-1, kind="stable")
+    ranked = np.take_along_axis(y_pred, order, axis=-1)
+    top = np.zeros_like(y_true)
+    np.put_along_axis(top, order[:, :k], True, axis=-1)
+    decided = (
+        ranked[:, k - 1] > ranked[:, k] if y_pred.shape[-1] > k else np.ones(len(y_pred), bool)
+    )
+    return np.float64((y_true.sum(-1) == k) & decided & np.all(top == y_true, axis=-1))
+
+
+def float64():
+    """JAX computes in float32 unless 64-bit types are enabled."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.enable_x64(True)
+    return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_label_set_correct_matches_a_float64_reference(k):
+    rng = np.random.default_rng(k)
+    labels = np.zeros((200, 5), "float32")
+    for row, count in zip(labels, rng.integers(0, 5, 200)):  # 0 to 4 labels
+        row[rng.choice(5, count, replace=False)] = 1.0
+    labels[:100, :] = 0.0
+    for row in labels[:100]:  # half with exactly k labels
+        row[rng.choice(5, k, replace=False)] = 1.0
+    # Scores on a coarse grid (many ties), and perfect scores.
+    scores = np.concatenate([rng.integers(0, 4, (100, 5)) / 4.0, 0.2 + 0.6 * labels[100:]])
+    expected = reference_label_set_correct(labels, scores, k)
+    assert 0 < expected.sum() < len(expected)
+    for dtype in ("float32", "float64"):
+        with float64():
+            got = kc.metrics.label_set_correct(labels, scores.astype(dtype), k=k)
+            np.testing.assert_array_equal(to_numpy(got), expected)
+            metric = kc.metrics.LabelSetAccuracy(k, dtype=dtype)
+            metric.update_state(labels, scores.astype(dtype))
+            np.testing.assert_allclose(float(metric.result()), expected.mean(), rtol=1e-6)
+
+
+def test_float64_scores_are_compared_in_float64():
+    # Differences below float32's resolution: decided in float64, ties in
+    # float32.
+    labels = np.array([[1, 0, 1], [0, 0, 1]], "float32")
+    scores = np.array([[0.5 + 1e-12, 0.5, 0.5 + 1e-12], [0.5, 0.5, 0.5 + 1e-12]])
+    with float64():
+        got = kc.metrics.label_set_correct(labels, scores, k=2)
+        np.testing.assert_array_equal(to_numpy(got), [1.0, 0.0])
+        np.testing.assert_array_equal(
+            to_numpy(kc.metrics.exact_set_correct(labels, scores)), [1.0, 1.0]
+        )
+    np.testing.assert_array_equal(reference_label_set_correct(labels, scores, 2), [1.0, 0.0])
+    rounded = scores.astype("float32")
+    np.testing.assert_array_equal(
+        to_numpy(kc.metrics.label_set_correct(labels, rounded, k=2)), [0.0, 0.0]
+    )
+    np.testing.assert_array_equal(
+        to_numpy(kc.metrics.exact_set_correct(labels, rounded)), [0.0, 0.0]
+    )
 
 
 def test_sample_weight():
