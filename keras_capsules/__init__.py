@@ -88,15 +88,8 @@ from keras_capsules.models import (
     QuaternionCapsuleClassifier,
     SegCaps,
 )
-from keras_capsules.routing import (
-    CrossAttentionRouting,
-    DynamicRouting,
-    EMRouting,
-    HeinsenRouting,
-    InvertedDotProductRouting,
-    QuaternionRouting,
-    Router,
-    SelfAttentionRouting,
-    SelfRouting,
-    SparseAttentionRouting,
-)
+from keras_capsules.routing import Router
+
+# The routers, as registered (`keras_capsules.routing.registry`): a new
+# router module needs no line here.
+globals().update({cls.__name__: cls for cls in routing.classes()})

@@ -6,21 +6,32 @@ all give a `Router`, and every `router=` argument of the layers and models
 goes through `get`.
 """
 
+import importlib
+import pkgutil
+
 import keras
 
-# Each router module registers its short name (`registry.register`) as it
-# is imported here: a new router is its module and one import below.
 from keras_capsules.routing.base import Router
-from keras_capsules.routing.cross_attention import CrossAttentionRouting
-from keras_capsules.routing.dynamic import DynamicRouting
-from keras_capsules.routing.em import EMRouting
-from keras_capsules.routing.heinsen import HeinsenRouting
-from keras_capsules.routing.inverted_dot_product import InvertedDotProductRouting
-from keras_capsules.routing.quaternion import QuaternionRouting
-from keras_capsules.routing.registry import names, router_class
-from keras_capsules.routing.self_attention import SelfAttentionRouting
-from keras_capsules.routing.self_routing import SelfRouting
-from keras_capsules.routing.sparse_attention import SparseAttentionRouting
+from keras_capsules.routing.registry import classes, names, router_class
+
+# Every module of the package is imported, so each router module registers
+# its class (`registry.register`); the registered classes are exported
+# here and at the top level. A new router is its module: nothing else
+# lists it.
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+globals().update({cls.__name__: cls for cls in classes()})
+__all__ = [
+    "Router",
+    *(cls.__name__ for cls in classes()),
+    "classes",
+    "clone",
+    "deserialize",
+    "get",
+    "names",
+    "router_class",
+    "serialize",
+]
 
 
 def serialize(router):

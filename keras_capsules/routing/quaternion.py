@@ -5,10 +5,12 @@ from keras import ops
 
 from keras_capsules import quaternion
 from keras_capsules.routing.base import Router
+from keras_capsules.routing.registry import register
 from keras_capsules.validation import positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
+@register()  # exported, without a short name: it routes quaternion votes only
 class QuaternionRouting(Router):
     """Routes rotation votes by their angular agreement.
 

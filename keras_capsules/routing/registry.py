@@ -1,20 +1,29 @@
-"""The router names: each router module registers its class under a short
-name with `@register("name")`, and every `router=` of the layers and models
-(through `routing.get`) takes those names."""
+"""The routers of the library, in one place: each router module registers
+its class with `@register("name")` (or `@register()` for a router without a
+short name), `keras_capsules.routing` imports every module of its package
+and exports the registered classes (and the top level re-exports them), and
+every `router=` of the layers and models (through `routing.get`) takes the
+short names. A new router is its module: nothing else lists it."""
 
 # short name -> router class, filled by the router modules as they import.
 _ROUTERS = {}
+# Every registered router class, named or not, in registration order.
+_CLASSES = []
 
 
-def register(name):
-    """A class decorator that gives a router class a short name for `get`.
+def register(name=None):
+    """A class decorator that registers a router class: exported by
+    `keras_capsules.routing` and the top level, and given a short name for
+    `get` when `name` is given.
 
     A router module registers its class once, beside its Keras
-    registration; importing the module (as `keras_capsules.routing` does)
-    makes the name valid for every `router=`.
+    registration; `keras_capsules.routing` imports every module of its
+    package, so the class and its name are there as soon as the module is.
 
     Args:
-        name: the short name (`"dynamic"`, ...), not taken by another class.
+        name: the short name (`"dynamic"`, ...), not taken by another
+            class; `None` for a router that is only given as an instance
+            (its docstring says why).
 
     Returns:
         the decorator, which returns the class unchanged.
@@ -41,7 +50,10 @@ def register(name):
                 f"The router name {name!r} is taken by {taken.__name__}. "
                 f"Received: name={name!r} for {cls.__name__}"
             )
-        _ROUTERS[name] = cls
+        if name is not None:
+            _ROUTERS[name] = cls
+        if cls not in _CLASSES:
+            _CLASSES.append(cls)
         return cls
 
     return decorator
@@ -59,6 +71,22 @@ def names():
     ('cross_attention', 'dynamic', 'em')
     """
     return tuple(sorted(_ROUTERS))
+
+
+def classes():
+    """Every registered router class, named or not, sorted by class name:
+    what `keras_capsules.routing` and the top level export.
+
+    Returns:
+        a tuple of `Router` subclasses.
+
+    Example:
+
+    >>> from keras_capsules.routing.registry import classes
+    >>> "QuaternionRouting" in [cls.__name__ for cls in classes()]
+    True
+    """
+    return tuple(sorted(_CLASSES, key=lambda cls: cls.__name__))
 
 
 def router_class(name):

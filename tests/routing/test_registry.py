@@ -183,3 +183,27 @@ def test_clone_is_a_new_unbuilt_router_with_the_same_config():
     assert routing.clone("dynamic").iterations == 3
     with pytest.raises(ValueError, match="Received: router=None"):
         routing.clone(None)
+
+
+def test_every_router_class_of_the_package_is_registered_and_exported():
+    # `keras_capsules.routing` imports every module of its package: a router
+    # module needs only `@register`, and one that forgets it fails here.
+    import importlib
+    import inspect
+    import pkgutil
+
+    defined = set()
+    for module in pkgutil.iter_modules(routing.__path__):
+        namespace = importlib.import_module(f"keras_capsules.routing.{module.name}")
+        defined |= {
+            obj
+            for obj in vars(namespace).values()
+            if inspect.isclass(obj)
+            and issubclass(obj, routing.Router)
+            and obj is not routing.Router
+            and obj.__module__ == namespace.__name__
+        }
+    assert set(registry.classes()) == defined
+    for cls in defined:
+        assert getattr(routing, cls.__name__) is cls and getattr(kc, cls.__name__) is cls
+        assert cls.__name__ in routing.__all__
