@@ -1,0 +1,238 @@
+"""Looking inside a trained capsule network: the routing coefficients of
+every routed layer, and a figure of them.
+
+A routed layer gives its coefficients when called with
+`return_coefficients=True`, but a trained or loaded model was built
+without them, and calling its layers again on their recorded inputs fails
+in Keras (`Output ... is not connected to inputs`). `routing_coefficients`
+rebuilds the model's graph on the same layers (the same weights, nothing
+copied), with every routed layer called with `return_coefficients=True`,
+and runs it: one forward pass, no change to the model.
+"""
+
+import keras
+import numpy as np
+
+from keras_capsules.layers.base_routed_capsule import RoutedCapsule
+from keras_capsules.layers.vector_routing import VectorRouting
+
+# The layers that take `return_coefficients=True` and then return
+# `(outputs, coefficients)`.
+ROUTED_LAYERS = (RoutedCapsule, VectorRouting)
+
+
+def routing_coefficients(model, inputs, batch_size=32):
+    """The routing coefficients of every routed layer of a model, by layer name.
+
+    For a functional or `Sequential` model (routed layers inside nested
+    functional models included), each routed layer (`Capsule`,
+    `ConvCapsule2D`, `ClassMatrixCapsule`, `QuaternionCapsule`,
+    `VectorRouting`, ...) is called as in the model but with
+    `return_coefficients=True`; Keras masks flow as in the model. For a
+    ready classifier (`CapsNet`, `EfficientCapsNet`, ...: a model with a
+    `routing_coefficients(inputs)` method) its class capsules' coefficients
+    come from that method.
+
+    The coefficients' shape is each layer's, as its docstring gives it:
+    `(batch, in_caps, out_caps)` for `Capsule` (for a child `i`, how it
+    splits its vote over the parents `j`), `(batch, n, num_capsules)` for
+    `VectorRouting` (each input's credit), per window for the windowed
+    layers.
+
+    Args:
+        model: a built `keras.Model`.
+        inputs: the model's inputs (arrays, as for `predict`).
+        batch_size: the batch size of the forward pass.
+
+    Returns:
+        a dict `{layer name: NumPy array}` in the order of the layers.
+
+    Raises:
+        ValueError: for a subclassed model without `routing_coefficients`,
+            or a model without a routed layer.
+
+    Example:
+
+    >>> inputs = keras.Input((6, 4))
+    >>> poses = keras_capsules.layers.Capsule(3, 5, name="classes")(inputs)
+    >>> model = keras.Model(inputs, keras_capsules.layers.Length()(poses))
+    >>> x = np.random.default_rng(0).normal(size=(2, 6, 4))
+    >>> c = keras_capsules.diagnostics.routing_coefficients(model, x)
+    >>> list(c), c["classes"].shape, np.allclose(c["classes"].sum(-1), 1, atol=1e-5)
+    (['classes'], (2, 6, 3), True)
+    """
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"`model` must be a keras.Model. Received: model={model!r}")
+    graph = _graph(model)
+    if graph is None:
+        if callable(getattr(model, "routing_coefficients", None)):
+            layer = getattr(model, "class_capsules", None)
+            name = layer.name if layer is not None else "class_capsules"
+            coefficients = model.routing_coefficients(np.asarray(inputs))
+            return {name: keras.ops.convert_to_numpy(coefficients)}
+        raise ValueError(
+            "`routing_coefficients` reads functional and Sequential models (built), "
+            "and ready models with a `routing_coefficients` method. In a subclassed "
+            "model, call the routed layer with `return_coefficients=True` in a "
+            f"method of your own. Received: model of class {type(model).__name__}"
+        )
+    probe_inputs, _, coefficients = _outputs_and_coefficients(graph)
+    _check_routed(graph, coefficients)
+    probe = keras.Model(probe_inputs, coefficients)
+    values = probe.predict(inputs, batch_size=batch_size, verbose=0)
+    return {name: values[name] for name in coefficients}  # in the layers' order
+
+
+def coefficient_model(model):
+    """A functional model on the same layers that returns the routing
+    coefficients of every routed layer: `{layer name: coefficients}`.
+
+    The layers are the model's own (shared weights): training or loading
+    weights into the model changes what this one gives.
+
+    Args:
+        model: a functional or built `Sequential` model.
+
+    Returns:
+        a `keras.Model` with the model's inputs and a dict of outputs, to
+        call or `predict` on a batch.
+    """
+    graph = _graph(model)
+    if graph is None:
+        raise ValueError(
+            "`model` must be a functional or a built Sequential model. "
+            f"Received: model of class {type(model).__name__}"
+        )
+    inputs, _, coefficients = _outputs_and_coefficients(graph)
+    _check_routed(graph, coefficients)
+    return keras.Model(inputs, coefficients, name=f"{model.name}_coefficients")
+
+
+def _check_routed(model, coefficients):
+    if not coefficients:
+        raise ValueError(
+            "`model` has no routed layer (a layer that takes "
+            f"`return_coefficients=True`). Received: model={model.name!r} with layers "
+            f"{[layer.name for layer in model.layers]}"
+        )
+
+
+def _outputs_and_coefficients(model):
+    """`(inputs, outputs, {name: coefficients})` of the model's graph made
+    again on its own layers, each routed layer (also inside nested
+    functional and Sequential models) giving its coefficients."""
+    found = {}
+
+    def call(layer, *args, **kwargs):
+        if isinstance(layer, ROUTED_LAYERS):
+            outputs, coefficients = _WithCoefficients(layer)(*args, **kwargs)
+            _add(found, layer.name, coefficients)
+            return outputs
+        if isinstance(layer, keras.Model) and _graph(layer) is not None:
+            inner_inputs, inner_outputs, inner = _outputs_and_coefficients(_graph(layer))
+            if inner:
+                nested = keras.Model(inner_inputs, [inner_outputs, inner], name=layer.name)
+                outputs, coefficients = nested(*args, **kwargs)
+                for name, tensor in coefficients.items():
+                    _add(found, f"{layer.name}/{name}", tensor)
+                return outputs
+        return layer(*args, **kwargs)
+
+    clone = keras.models.clone_model(model, clone_function=lambda layer: layer, call_function=call)
+    return clone.inputs, clone.output, found
+
+
+def _add(found, name, tensor):
+    found[name if name not in found else f"{name}_{len(found)}"] = tensor
+
+
+def _graph(model):
+    """The model as a functional graph (a `Sequential` as one), or `None`
+    for a subclassed model."""
+    if isinstance(model, keras.Sequential):
+        return keras.Model(model.inputs, model.outputs) if model.built and model.inputs else None
+    return model if getattr(model, "inputs", None) and getattr(model, "outputs", None) else None
+
+
+class _WithCoefficients(keras.layers.Layer):
+    """A routed layer called with `return_coefficients=True`, as a layer of
+    its own. Calling the routed layer itself would give it a node with two
+    outputs after one with one, which Keras 3.15's functional graph check
+    counts by the first (`Output ... is not connected to inputs`)."""
+
+    def __init__(self, layer, **kwargs):
+        super().__init__(name=f"{layer.name}_with_coefficients", dtype=layer.dtype_policy, **kwargs)
+        self.layer = layer
+        self.supports_masking = True
+
+    def call(self, *args, **kwargs):
+        return self.layer(*args, return_coefficients=True, **kwargs)
+
+    def compute_output_spec(self, *args, **kwargs):
+        return self.layer.compute_output_spec(*args, return_coefficients=True, **kwargs)
+
+    def compute_mask(self, *args, **kwargs):
+        return None
+
+
+def routing_figure(coefficients, child_types=None, parent_names=None, title=None):
+    """A heat map of routing coefficients averaged over a batch: how much of
+    its vote each child (or child type) sends to each parent.
+
+    Args:
+        coefficients: `(batch, children, parents)`, e.g. one entry of
+            `routing_coefficients`, or of `model.routing_coefficients(x)`.
+        child_types: capsule types per position (32 for CapsNet's primary
+            capsules): the rows are then the types, averaged over positions.
+        parent_names: names of the parents (class names), for the columns.
+        title: the figure's title (default: the batch size).
+
+    Returns:
+        a `matplotlib.figure.Figure` (save it with `fig.savefig(path)`).
+
+    Requires matplotlib (`pip install matplotlib`).
+
+    Example:
+
+    >>> c = np.full((4, 6, 3), 1 / 3, "float32")
+    >>> fig = keras_capsules.diagnostics.routing_figure(c, parent_names=list("abc"))
+    >>> fig.axes[0].get_xlabel()
+    'parent capsule'
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as error:  # an optional dependency
+        raise ImportError(
+            "routing_figure draws with matplotlib: `pip install matplotlib`."
+        ) from error
+    coefficients = np.asarray(coefficients, dtype="float32")
+    if coefficients.ndim != 3:
+        raise ValueError(
+            "`coefficients` must be (batch, children, parents). "
+            f"Received: coefficients.shape={coefficients.shape}"
+        )
+    mean = coefficients.mean(axis=0)
+    children, parents = mean.shape
+    if child_types:
+        if children % child_types:
+            raise ValueError(
+                f"`child_types` must divide the number of children ({children}). "
+                f"Received: child_types={child_types!r}"
+            )
+        mean = mean.reshape(-1, child_types, parents).mean(axis=0)
+    names = [str(n) for n in parent_names] if parent_names is not None else None
+    if names is not None and len(names) != parents:
+        raise ValueError(
+            f"`parent_names` must name the {parents} parents. Received: {len(names)} names"
+        )
+    rows = mean.shape[0]
+    figure = Figure(figsize=(max(6.0, 0.5 * parents + 2), min(max(3.0, rows * 0.18), 12.0)))
+    ax = figure.add_subplot()
+    image = ax.imshow(mean, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_xticks(range(parents), names if names is not None else range(parents))
+    ax.set_xlabel("parent capsule")
+    ax.set_ylabel("child capsule type" if child_types else "child capsule")
+    ax.set_title(title or f"Mean routing coefficients over {len(coefficients)} inputs")
+    figure.colorbar(image, ax=ax, label="coefficient (child to parent)")
+    figure.tight_layout()
+    return figure
