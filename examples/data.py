@@ -10,6 +10,7 @@ as validation data; `mock_data` is the fake TFDS of the `--smoke` runs.
 import contextlib
 import functools
 import glob
+import logging
 import math
 import os
 import socket
@@ -247,7 +248,7 @@ def _fake_feature(feature, count, rng):
     if isinstance(feature, tfds.features.FeaturesDict):
         return {key: _fake_feature(value, count, rng) for key, value in feature.items()}
     shape = (count, *(8 if size is None else size for size in feature.shape))
-    dtype = tf.as_dtype(feature.dtype)
+    dtype = tf.as_dtype(feature.tf_dtype)
     if isinstance(feature, tfds.features.ClassLabel):
         return rng.integers(0, feature.num_classes, shape).astype(dtype.as_numpy_dtype)
     if dtype == tf.string:
@@ -280,8 +281,37 @@ def mock_data(num_examples, seed=0):
         ds = tf.data.Dataset.from_tensor_slices(examples)
         return _slices(ds, split, num_examples)
 
-    with tfds.testing.mock_data(num_examples=num_examples, as_dataset_fn=sliced):
+    # The builders' code gives the features: no metadata files to look for.
+    with (
+        tfds.testing.mock_data(
+            num_examples=num_examples,
+            as_dataset_fn=sliced,
+            policy=tfds.testing.MockPolicy.USE_CODE,
+        ),
+        _quiet_mock_data_dir(),
+    ):
         yield
+
+
+class _MockDataDirFilter(logging.Filter):
+    """Drops TFDS's warning that a version folder has no metadata when the
+    folder does not exist: the mock's made-up data dir, looked up on every
+    load."""
+
+    def filter(self, record):
+        if record.msg != "Variant folder %s has no %s" or not record.args:
+            return True
+        return os.path.exists(str(record.args[0]))
+
+
+@contextlib.contextmanager
+def _quiet_mock_data_dir():
+    logger, quiet = logging.getLogger("absl"), _MockDataDirFilter()  # TFDS logs through absl
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 class EpochOrder(typing.NamedTuple):

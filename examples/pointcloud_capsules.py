@@ -39,6 +39,9 @@ model and training regime) to --output-dir (default
 runs/pointcloud_capsules/<backend>).
 """
 
+import contextlib
+import warnings
+
 import comparison
 import data
 import keras
@@ -179,11 +182,30 @@ def train(name, regime, args, num_classes):
             rng = np.random.default_rng(args.seed)
             model = kc.models.PointCapsuleClassifier(autoencoder, num_classes, head="linear")
             model.compile()
-        for _ in range(budget.epochs):
-            model.fit(training_clouds(clouds, regime, rng), labels, epochs=1, verbose=0, **batches)
+        with decoder_without_gradients():
+            for _ in range(budget.epochs):
+                x = training_clouds(clouds, regime, rng)
+                model.fit(x, labels, epochs=1, verbose=0, **batches)
         return model
 
     return fit
+
+
+# Keras's warning when only a PointCapsNet's decoder gets no gradients
+# (the variables listed are all under .../decoder/).
+DECODER_WITHOUT_GRADIENTS = (
+    r"Gradients do not exist for variables \[('[^']*/decoder/[^']*'(, )?)+\] when minimizing"
+)
+
+
+@contextlib.contextmanager
+def decoder_without_gradients():
+    """Silences the warning that the classifier's decoder gets no gradients:
+    classification trained end to end does not use the decoder, as
+    expected. A warning that names any other variable still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", DECODER_WITHOUT_GRADIENTS, UserWarning)
+        yield
 
 
 def classifying_parameters(model):

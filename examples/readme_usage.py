@@ -87,7 +87,7 @@ def main(argv=None):
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="8 training and 8 test images of tfds.testing.mock_data (tests)",
+        help="8 fake training and 8 fake test images (data.mock_data; no download)",
     )
     args = parser.parse_args(argv)
     if argv is None:
@@ -97,10 +97,8 @@ def main(argv=None):
     if unknown:
         parser.error(f"unknown routers {unknown}; choose from {list(kc.routing.names())}")
     if args.smoke:
-        import tensorflow_datasets as tfds
-
         args.train_images = args.test_images = args.batch_size = 8
-        with tfds.testing.mock_data(num_examples=16):
+        with data.mock_data(16):
             results = [train_router(r, args) for r in routers]
     else:
         results = [train_router(r, args) for r in routers]

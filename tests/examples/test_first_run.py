@@ -182,3 +182,18 @@ def test_offline_preparation_from_a_local_npz(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="x_train"):
         np.savez(tmp_path / "bad.npz", **dict(arrays, x_train=arrays["x_train"][:, :27]))
         example("prepare_mnist_offline").read_npz(tmp_path / "bad.npz")
+
+
+def test_mock_data_logs_no_expected_warnings(caplog):
+    """--smoke's fake TFDS: no warning about the mock's made-up data dir, no
+    deprecated TFDS field read; a real missing metadata file still warns."""
+    import logging
+
+    data = example("data")
+    with caplog.at_level(logging.WARNING), data.mock_data(4):
+        list(data.load_split("mnist", "train"))
+        list(data.load_split("glue/sst2", "validation"))
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    record = logging.LogRecord("absl", logging.WARNING, "", 0, "Variant folder %s has no %s",
+                               (ROOT, "dataset_info.json"), None)  # fmt: skip
+    assert data._MockDataDirFilter().filter(record)
