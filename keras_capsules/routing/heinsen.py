@@ -114,10 +114,21 @@ class HeinsenRouting(Router):
     def build(self, votes_shape, activations_shape=None):
         super().build(votes_shape, activations_shape)
         in_caps, out_caps = votes_shape[1], votes_shape[2]
-        if out_caps is None or (in_caps is None and not self.share_weights):
+        if out_caps is None:
             raise ValueError(
-                "HeinsenRouting needs a known out_caps, and a known in_caps unless "
-                f"share_weights=True. Received: votes.shape={tuple(votes_shape)}"
+                "HeinsenRouting needs a known out_caps (its betas are per parent). "
+                f"Received: votes.shape={tuple(votes_shape)}"
+            )
+        if in_caps is None and not self.share_weights:
+            # The layer's `share_weights` shares its transforms, not these.
+            raise ValueError(
+                "HeinsenRouting(share_weights=False) has a beta_use and beta_ign per "
+                "child, so it needs a known number of children. For sets or "
+                "sequences of any size (in_caps=None), give the router itself "
+                "share_weights=True: router=HeinsenRouting(share_weights=True) (the "
+                "layer's share_weights=True shares its transforms, not the router's "
+                "weights), or give the input a fixed size. "
+                f"Received: votes.shape={tuple(votes_shape)}"
             )
         shape = (1 if self.share_weights else in_caps, out_caps)
         self.beta_use = self.add_weight(name="beta_use", shape=shape, initializer="zeros")

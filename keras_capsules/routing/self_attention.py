@@ -85,8 +85,11 @@ class SelfAttentionRouting(XlaHinted, Router):
             in_caps, out_caps = votes_shape[1], votes_shape[2]
             if in_caps is None or out_caps is None:
                 raise ValueError(
-                    "SelfAttentionRouting(use_priors=True) needs known in_caps and "
-                    f"out_caps. Received: votes.shape={tuple(votes_shape)}"
+                    "SelfAttentionRouting(use_priors=True) has a prior per child and "
+                    "parent, so it needs known in_caps and out_caps. For sets or "
+                    "sequences of any size (in_caps=None), use "
+                    "SelfAttentionRouting(use_priors=False), or give the input a fixed "
+                    f"size. Received: votes.shape={tuple(votes_shape)}"
                 )
             self.priors = self.add_weight(
                 name="priors", shape=(in_caps, out_caps), initializer="zeros"

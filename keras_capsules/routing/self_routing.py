@@ -79,7 +79,12 @@ class SelfRouting(Router):
         _, in_caps, out_caps, dim = votes_shape
         if in_caps is None or out_caps is None or dim is None:
             raise ValueError(
-                "SelfRouting needs known in_caps, out_caps and dim. "
+                "SelfRouting has routing weights per child, parent and dimension, so "
+                "it needs known in_caps, out_caps and dim. For sets or sequences of "
+                "any size (in_caps=None), use a router that routes any number of "
+                "children (dynamic, em, self_attention, sparse_attention, "
+                "inverted_dot_product, cross_attention, or "
+                "HeinsenRouting(share_weights=True)), or give the input a fixed size. "
                 f"Received: votes.shape={tuple(votes_shape)}"
             )
         self.routing_kernel = self.add_weight(
