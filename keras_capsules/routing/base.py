@@ -124,6 +124,17 @@ class Router(keras.layers.Layer):
     #: `return_<name>=True` and returned in this order after them
     #: (`HeinsenRouting`: `("variances",)`).
     extra_outputs = ()
+    #: How a parent's start grows with the number of coherent children
+    #: (`vote_stddev(..., coherent=True)` falls as `children **
+    #: -coherent_children_exponent`): 1 for the routers whose parents sum
+    #: the votes, 0 for those whose parents average them (`EMRouting`,
+    #: `SelfRouting`, `HeinsenRouting`, `CrossAttentionRouting`). A layer
+    #: with shared transforms whose number of children is unknown until it
+    #: is called (`Capsule(share_weights=True)` on `Input((None, dim))`)
+    #: scales the votes of each sample by `(parents ** 2 / children) **
+    #: coherent_children_exponent`, its present children counted, so its
+    #: parents start near the squash's knee for a set of any size.
+    coherent_children_exponent = 1.0
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

@@ -102,6 +102,8 @@ class CrossAttentionRouting(Router):
             initializer=self.query_initializer,
         )
 
+    coherent_children_exponent = 0.0  # parents average their votes
+
     def vote_stddev(self, children, parents, dim, coherent=False):
         """`1.5 * sqrt(children / dim)` (see `Router.vote_stddev`).
 

@@ -122,6 +122,7 @@ class EMRouting(XlaHinted, Router):
     # The poses are the Gaussians' means, returned unscaled beside their
     # activations, in the vector-capsule layers too.
     pose_length = "kept"
+    coherent_children_exponent = 0.0  # parents average their votes
 
     def build(self, votes_shape, activations_shape=None):
         super().build(votes_shape, activations_shape)

@@ -99,6 +99,7 @@ class HeinsenRouting(Router):
     pose_length = "rescaled"  # means; their length is not the logit's sigmoid
     accepts_share_weights = True
     extra_outputs = ("variances",)
+    coherent_children_exponent = 0.0  # parents average their votes
 
     def __init__(self, iterations=3, epsilon=1e-5, share_weights=False, **kwargs):
         super().__init__(**kwargs)

@@ -73,6 +73,7 @@ class SelfRouting(Router):
     # composition's held-out accuracy after 200 steps fell from >= 80 % to
     # 60 %).
     pose_length = "kept"
+    coherent_children_exponent = 0.0  # parents average their votes
 
     def build(self, votes_shape, activations_shape=None):
         super().build(votes_shape, activations_shape)
