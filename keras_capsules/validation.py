@@ -141,12 +141,18 @@ def non_negative_float(value, name):
 
 def check_kernel_fits(layer_name, grid_name, spatial, kernel_size, strides, padding):
     """The output grid of a windowed layer (`None` where `spatial` is);
-    raises if the kernel does not fit the known sizes."""
+    raises if an axis of the grid is empty or the kernel does not fit the
+    known sizes."""
+    if any(n == 0 for n in spatial):
+        raise ValueError(
+            f"{layer_name} needs at least one position on each axis of its {grid_name} grid. "
+            f"Received: grid={tuple(spatial)}"
+        )
     out = window_output_shape(spatial, kernel_size, strides, padding)
     if any(n is not None and n < 1 for n in out):
         raise ValueError(
             f"{layer_name}: `kernel_size={tuple(kernel_size)}` is larger than the "
-            f"{grid_name} grid {tuple(spatial)} with padding='valid'."
+            f"{grid_name} grid {tuple(spatial)} with padding={padding!r}."
         )
     return out
 

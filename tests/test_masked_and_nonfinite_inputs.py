@@ -1,10 +1,13 @@
-"""Bad input on the point and set families gets a defined answer, never a
-wrong one for the rest of the batch: a cloud with every point masked gives
-finite outputs, a NaN in one sample stays in that sample (no error for the
-batch), and a NaN at a masked-out position takes no part.
+"""Bad input on the new families gets a defined answer, never a wrong one
+for the rest of the batch: a cloud with every point masked gives finite
+outputs, a NaN in one sample stays in that sample (no error for the batch),
+a NaN at a masked-out position takes no part, and inputs of no elements
+give the documented outputs.
 
-Each row: (subject, input builder, what must hold). Cloud 1 of a batch of
-3 is the bad one; the other clouds must give what they give alone."""
+Each row: (subject, input builder, what must hold). Sample 1 of a batch of
+3 is the bad one; the other samples must give what they give alone. The
+layers without masks (the 1-D and 3-D primaries, ConvCapsule3D) have the
+NaN rows only."""
 
 import dataclasses
 
@@ -25,7 +28,7 @@ class Subject:
     name: str
     make: object
     run: object
-    features: int = 3  # the inputs' last axis
+    features: object = 3  # the inputs' last axis, or the shape of a sample
     model: object = None
 
 
@@ -66,11 +69,27 @@ SUBJECTS = {
     "SetPrimaryCapsule": Subject(
         "SetPrimaryCapsule", lambda: kc.layers.SetPrimaryCapsule(2, 4), _layer_run, 6
     ),
+    "PrimaryCapsule1D": Subject(
+        "PrimaryCapsule1D", lambda: kc.layers.PrimaryCapsule1D(2, 4, 3), _layer_run, 5
+    ),
+    "PrimaryCapsule3D": Subject(
+        "PrimaryCapsule3D",
+        lambda: kc.layers.PrimaryCapsule3D(2, 4, 2, grid=True),
+        _layer_run,
+        (4, 4, 4, 2),
+    ),
+    "ConvCapsule3D": Subject(
+        "ConvCapsule3D",
+        lambda: kc.layers.ConvCapsule3D(2, 4, 2, router=kc.DynamicRouting(iterations=2)),
+        _layer_run,
+        (3, 3, 3, 2, 4),
+    ),
 }
 
 
 def _clean(features):
-    x = np.random.default_rng(0).normal(size=(BATCH, POINTS, features)).astype("float32")
+    shape = (POINTS, features) if isinstance(features, int) else features
+    x = np.random.default_rng(0).normal(size=(BATCH, *shape)).astype("float32")
     mask = np.ones((BATCH, POINTS), bool)
     mask[2, -6:] = False  # a padded cloud beside the bad one
     return x, mask
@@ -85,7 +104,7 @@ def fully_masked(features):
 
 def nan_in_one_sample(features):
     x, _ = _clean(features)
-    x[BAD, 5, 0] = np.nan
+    x[(BAD, *np.unravel_index(15, x.shape[1:]))] = np.nan  # point 5, coordinate 0
     return x, None, None
 
 
@@ -152,6 +171,12 @@ ROWS = [
     ("VectorRouting", nan_masked_out, as_clean),
     ("SetPrimaryCapsule", fully_masked, finite_and_rest_alone),
     ("SetPrimaryCapsule", nan_masked_out, as_clean),
+    ("VectorRouting", nan_in_one_sample, rest_alone),
+    ("SetPrimaryCapsule", nan_in_one_sample, rest_alone),
+    ("PointPrimaryCapsule", nan_in_one_sample, rest_alone),
+    ("PrimaryCapsule1D", nan_in_one_sample, rest_alone),
+    ("PrimaryCapsule3D", nan_in_one_sample, rest_alone),
+    ("ConvCapsule3D", nan_in_one_sample, rest_alone),
 ]
 
 
@@ -241,3 +266,26 @@ def test_fully_masked_primary_capsules_weight_gradients_are_finite():
     for grad in grads:
         assert np.isfinite(grad).all()
     assert not grads[0][BAD].any()
+
+
+# Inputs of no elements where that is defined (the layers refuse zero
+# features, channels, capsule types: tests/test_bad_inputs_new_families.py):
+# VectorRouting routes nothing to zeros, as a fully masked sequence;
+# SetPrimaryCapsule makes no capsules of an empty set.
+def test_vector_routing_of_no_inputs_gives_zeros():
+    layer = kc.layers.VectorRouting(3, 4)
+    empty = np.ones((2, 0, 6), "float32")
+    for kwargs in ({}, {"mask": np.ones((2, 0), bool)}):
+        outputs = to_numpy(layer(empty, **kwargs))
+        assert outputs.shape == (2, 3, 4)
+        np.testing.assert_array_equal(outputs, 0.0)
+    masked = to_numpy(layer(np.ones((2, 5, 6), "float32"), mask=np.zeros((2, 5), bool)))
+    np.testing.assert_array_equal(masked, 0.0)
+
+
+def test_set_primary_capsules_of_empty_sets_are_none():
+    layer = kc.layers.SetPrimaryCapsule(2, 4)
+    capsules = layer(np.ones((3, 0, 6), "float32"))
+    assert tuple(capsules.shape) == (3, 0, 4)
+    mask = layer.compute_mask(None, keras.ops.ones((3, 0), "bool"))
+    assert tuple(mask.shape) == (3, 0)

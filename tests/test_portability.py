@@ -7,7 +7,8 @@ subprocess each), predicts with both nets and trains the functional one a
 step as loaded (a torch-saved file on TensorFlow and JAX: after
 `load_model(path, compile=False)` + `compile`, and through
 `keras_capsules.saving.load_model(path)`, which keeps the saved optimizer
-state).
+state). The `EfficientCapsNet` compiled on JAX with `jit_compile="auto"`
+loads with each backend's own "auto" (no torch.compile on torch).
 Every public ready model (tests/models/ready_models.py) is also trained a
 step with `compile()`'s defaults and saved on one backend, then loaded on
 the next (`READY_SOURCE`: TensorFlow -> PyTorch -> JAX -> TensorFlow, each
@@ -81,9 +82,14 @@ def _build(model_name):
 
 
 def _compile(model):
-    loss = None if isinstance(model, kc.models.CapsuleClassifier) else kc.MarginLoss()
+    ready = isinstance(model, kc.models.CapsuleClassifier)
+    loss = None if ready else kc.MarginLoss()
     # XLA on JAX only: op by op is slower there; on TF it costs the compile.
-    model.compile(optimizer="adam", loss=loss, jit_compile=keras.backend.backend() == "jax")
+    # The ready model by "auto" there (XLA on JAX), which its file keeps.
+    jax = keras.backend.backend() == "jax"
+    model.compile(
+        optimizer="adam", loss=loss, jit_compile=("auto" if ready else True) if jax else False
+    )
 
 
 def _train_one_step(model, model_name):
@@ -175,6 +181,7 @@ def load_worker(root, out):
                 continue
             key = f"{source}|{name}"
             model = keras.saving.load_model(path, safe_mode=True)
+            results[f"{key}|jit_compile"] = np.array(bool(model.jit_compile))
             results[f"{key}|predictions"] = _predict(model, name)
             if name != "functional" and source != "torch":
                 # Training is checked once per pair, on the cheaper net; the
@@ -196,6 +203,10 @@ def load_worker(root, out):
                 steps = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
                 loss, moved = _train_one_step(model, name)
                 results[f"{key}|portable_fit"] = np.array([loss, moved, steps])
+    # What "auto" is here, for the files that saved it.
+    fresh = _build("efficient_capsnet")
+    fresh.compile()
+    results["auto_jit_compile"] = np.array(bool(fresh.jit_compile))
     _resume_ready_models(root, results)
     np.savez(out, **results)
 
@@ -303,6 +314,18 @@ def test_torch_saved_ready_model_trains_as_loaded(target, portability):
     assert not loaded[f"{key}|fit_error"], str(loaded[f"{key}|fit_error"])
     loss, moved = loaded[f"{key}|fit"]
     assert np.isfinite(loss) and moved
+
+
+@pytest.mark.parametrize("target", BACKENDS)
+def test_jit_compile_auto_saved_on_jax_is_resolved_where_loaded(target, portability):
+    """The ready model compiled on JAX with `jit_compile="auto"` (XLA
+    there) saves "auto", not JAX's `True`: loaded on torch it runs without
+    torch.compile (minutes before a first predict on a busy CPU), on each
+    backend as `compile()` there."""
+    _, loaded = _pair(portability, "jax", target)
+    assert bool(loaded["jax|efficient_capsnet|jit_compile"]) == bool(loaded["auto_jit_compile"])
+    if target == "torch":
+        assert not loaded["jax|efficient_capsnet|jit_compile"]
 
 
 @pytest.mark.parametrize("name", sorted(READY_MODELS))

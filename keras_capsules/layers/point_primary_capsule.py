@@ -105,7 +105,7 @@ class PointPrimaryCapsule(keras.layers.Layer):
                 "PointPrimaryCapsule expects inputs of shape (batch, points, features) "
                 f"with known features. Received: input_shape={tuple(input_shape)}"
             )
-        non_empty("PointPrimaryCapsule", "inputs", input_shape, (1,), ("point",))
+        non_empty("PointPrimaryCapsule", "inputs", input_shape, (1, -1), ("point", "feature"))
         self.input_spec = built_input_spec(input_shape, (-1,))
         self.dense.build(input_shape)
         if self.norm is not None:

@@ -5,7 +5,7 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
-from keras_capsules.validation import built_input_spec, check_kernel_fits, int_tuple
+from keras_capsules.validation import built_input_spec, check_kernel_fits, int_tuple, non_empty
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -84,6 +84,7 @@ class PrimaryCapsule1D(PrimaryCapsule):
                 "PrimaryCapsule1D expects sequences of shape (batch, steps, channels) "
                 f"with known channels. Received: input_shape={tuple(input_shape)}"
             )
+        non_empty("PrimaryCapsule1D", "inputs", input_shape, (-1,), ("channel",))
         self._output_steps(input_shape)
         super().build((input_shape[0], 1, *input_shape[1:]))
         # The base's spec is for its (batch, 1, steps, channels) form.

@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_capsules.initializers import primary_bias_initializer, primary_kernel_initializer
 from keras_capsules.ops import squash
-from keras_capsules.validation import boolean, built_input_spec, positive_int
+from keras_capsules.validation import boolean, built_input_spec, non_empty, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -25,7 +25,9 @@ class SetPrimaryCapsule(keras.layers.Layer):
     The capsules of element `n` are rows `n * num_capsules ... (n + 1) *
     num_capsules - 1`; permuting the elements permutes the capsules the
     same way (no position is encoded), and any number of elements works
-    (`elements` may be `None`).
+    (`elements` may be `None`). Empty sets (`elements = 0`) give no
+    capsules, `(batch, 0, capsule_dim)`, as a fully masked set gives only
+    dropped ones; elements of no features are refused.
 
     Masks: a Keras mask `(batch, elements)` (from `Embedding(mask_zero=True)`,
     `Masking`, or `mask=`), `True` = keep, sets the capsules of dropped
@@ -106,6 +108,7 @@ class SetPrimaryCapsule(keras.layers.Layer):
                 "SetPrimaryCapsule expects inputs of shape (batch, elements, features) "
                 f"with known features. Received: input_shape={tuple(input_shape)}"
             )
+        non_empty("SetPrimaryCapsule", "inputs", input_shape, (-1,), ("feature",))
         self.input_spec = built_input_spec(input_shape, (-1,))
         dim = self.capsule_dim
         self.kernel = self.add_weight(

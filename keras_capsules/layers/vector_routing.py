@@ -9,7 +9,7 @@ from keras import ops
 
 from keras_capsules.deprecation import renamed
 from keras_capsules.ops import compute_dtype_for, layer_norm
-from keras_capsules.validation import boolean, built_input_spec, positive_int
+from keras_capsules.validation import boolean, built_input_spec, non_empty, positive_int
 
 # The epsilon of the parameter-free layer normalisation of the outputs.
 _NORM_EPSILON = 1e-5
@@ -53,7 +53,9 @@ class VectorRouting(keras.layers.Layer):
     inputs take no part (whatever they hold, NaN or Inf too), and the `n`
     that scales the inputs is each sequence's own count of kept inputs: a
     padded batch with its mask gives exactly the outputs of the unpadded
-    sequences. A sequence with no kept input gives zeros.
+    sequences. A sequence with no kept input gives zeros, and so do
+    inputs with no vectors at all (`n = 0`): routing nothing, as a fully
+    padded batch. Inputs of no features (`input_dim = 0`) are refused.
 
     The routing runs in float32 under the `mixed_float16` and
     `mixed_bfloat16` policies (its sums over `n` inputs and its
@@ -120,6 +122,7 @@ class VectorRouting(keras.layers.Layer):
                 "VectorRouting expects inputs of shape (batch, n, input_dim) with a known "
                 f"input_dim. Received: input_shape={tuple(input_shape)}"
             )
+        non_empty("VectorRouting", "inputs", input_shape, (2,), ("feature",))
         if self.num_inputs is not None and length is not None and length != self.num_inputs:
             raise ValueError(
                 f"VectorRouting(num_inputs={self.num_inputs}) expects {self.num_inputs} inputs "

@@ -82,8 +82,10 @@ class CapsuleTask(keras.Model):
       inputs). A base whose labels are neither overrides `targets` and
       `check_targets` (`CapsuleSegmenter`: masks).
     - Inputs: `fit`, `evaluate` and `predict` refuse arrays whose shape is
-      not `(batch, *input_shape)` (`None` in `input_shape`: any size) with
-      a `ValueError` before Keras traces a step (`check_inputs`).
+      not `(batch, *input_shape)` (`None` in `input_shape`: any size but
+      0) with a `ValueError` before Keras traces a step (`check_inputs`;
+      the point-cloud models' `scores_and_poses` call it too, so that
+      `model(x)` names the shape before any computation).
     - `compile(optimizer="auto", loss="auto", metrics="auto",
       jit_compile="auto")`, like keras-hub's tasks: `default_optimizer()`
       (Adam at `default_learning_rate`), `default_loss()`,
@@ -94,7 +96,9 @@ class CapsuleTask(keras.Model):
       (`keras_capsules.models.set_xla`).
     - A `.keras` file comes back compiled as it was saved, its optimizer's
       state included, on any backend (`compile_from_config`; an optimizer
-      saved on torch is loaded as its public class).
+      saved on torch is loaded as its public class). `jit_compile="auto"`
+      is saved as `"auto"`, not as the backend that saved it resolved it:
+      a file saved on JAX (XLA) does not bring `torch.compile` to torch.
     - Presets: `from_preset(name or .keras file)`, `list_presets()`.
     - `export` gives the inputs' signature `(None, *input_shape)`.
     - The loss is the compiled (or default) loss on `(targets(y),
@@ -109,8 +113,9 @@ class CapsuleTask(keras.Model):
     Args:
         input_shape: the shape of one input, without the batch axis;
             `None` entries for sizes that vary (`(None, 3)`: clouds of any
-            number of points); `None` for inputs that are not one array
-            (a dict of a backbone's inputs): not checked.
+            number of points); for inputs that are a dict of arrays (a
+            backbone's), a dict of such shapes (`{"token_ids": (None,),
+            ...}`); `None`: not checked.
         num_classes: number of classes, or `None` for a model whose labels
             are not classes.
         labels_per_image: class labels per input, `>= 1`.
@@ -185,6 +190,8 @@ class CapsuleTask(keras.Model):
         # Keras's attribute tracking, which torch.compile traces as is.
         object.__setattr__(self, "_poses_wanted", [0])
         self.supports_masking = self.takes_mask
+        # `compile`'s `jit_compile` as given (`"auto"`), for the saved config.
+        self._jit_compile_given = None
 
     # Presets: the authors' released weights (keras_capsules.models.presets).
 
@@ -294,27 +301,34 @@ class CapsuleTask(keras.Model):
     def check_inputs(self, x, name="x"):
         """Raises a `ValueError` naming `name` unless `x` (an array, a
         tensor, or a dataset whose elements start with the inputs) has the
-        shape `(batch, *input_shape)`. `fit`, `evaluate` and `predict`
-        call it before Keras traces a step: on JAX a step that fails inside
-        Keras's traced function leaves the model unable to save."""
+        shape `(batch, *input_shape)`, with at least one element on each
+        axis of `input_shape` (a cloud of no points is refused). `fit`,
+        `evaluate` and `predict` call it before Keras traces a step (on JAX
+        a step that fails inside Keras's traced function leaves the model
+        unable to save)."""
         if self.sample_shape is None:
             return
         spec = getattr(x, "element_spec", None)  # a tf.data.Dataset
         if spec is not None:
             x = spec[0] if isinstance(spec, (tuple, list)) else spec
-        shape = getattr(x, "shape", None)
-        if shape is None or isinstance(x, dict):
+        if not isinstance(self.sample_shape, dict):
+            if not isinstance(x, dict):
+                _check_shape(self, self.inputs_name, self.sample_shape, x, name)
             return
-        shape = tuple(None if n is None else int(n) for n in shape)
-        expected = (None, *self.sample_shape)
-        if len(shape) != len(expected) or any(
-            n is not None and e is not None and n != e for n, e in zip(shape[1:], expected[1:])
-        ):
-            sizes = ", ".join("n" if n is None else str(n) for n in self.sample_shape)
+        missing = sorted(set(self.sample_shape) - set(x)) if isinstance(x, dict) else None
+        if missing is None or missing:
+            if isinstance(x, dict):
+                received = f"{name}.keys()={sorted(x)}"
+            elif getattr(x, "shape", None) is not None:  # one array
+                received = f"{name}.shape={tuple(x.shape)}"
+            else:
+                received = f"{name}={x!r}"
             raise ValueError(
-                f"{type(self).__name__} expects {self.inputs_name} of shape (batch, {sizes}). "
-                f"Received: {name}.shape={shape}"
+                f"{type(self).__name__} expects {self.inputs_name}: a dict with the keys "
+                f"{sorted(self.sample_shape)}. Received: {received[:200]}"
             )
+        for key, sample_shape in self.sample_shape.items():
+            _check_shape(self, f"{key!r}", sample_shape, x[key], f"{name}[{key!r}]")
 
     def fit(self, x=None, y=None, *args, **kwargs):
         self.check_inputs(x)
@@ -340,7 +354,7 @@ class CapsuleTask(keras.Model):
         *input_shape)` when `input_signature` is `None`: Keras infers a
         subclassed model's signature from an eager call, which `predict` on
         JAX does not make, so a model that has only predicted exports too."""
-        if input_signature is None and self.built and self.sample_shape is not None:
+        if input_signature is None and self.built and isinstance(self.sample_shape, tuple):
             input_signature = [
                 keras.InputSpec(shape=(None, *self.sample_shape), dtype=self.input_dtype)
             ]
@@ -381,6 +395,17 @@ class CapsuleTask(keras.Model):
             loss, metrics = _one_hot_compile_arguments(loss, metrics)
         with xla_compile_kwargs(self, jit_compile, kwargs) as compile_kwargs:
             super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **compile_kwargs)
+        self._jit_compile_given = jit_compile
+
+    def get_compile_config(self):
+        # Keras saves `jit_compile` as this backend resolved it (`True` on
+        # JAX): a file saved on JAX would compile with torch.compile on
+        # torch, tens of seconds before its first step. `"auto"` given is
+        # saved as `"auto"`, resolved again where the file is loaded.
+        config = super().get_compile_config()
+        if config and isinstance(self._jit_compile_given, str):
+            config["jit_compile"] = self._jit_compile_given
+        return config
 
     def compile_from_config(self, config):
         # Keras's own skips models that override `compile`: a loaded `.keras`
@@ -422,8 +447,32 @@ class CapsuleTask(keras.Model):
         return super().compute_metrics(x, self.targets(y), y_pred, sample_weight)
 
 
+def _check_shape(model, what, sample_shape, x, name):
+    """Raises unless `x` (anything with a `shape`) is `(batch,
+    *sample_shape)` with no empty axis but the batch's."""
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        return
+    shape = tuple(None if n is None else int(n) for n in shape)
+    expected = (None, *sample_shape)
+    if (
+        len(shape) != len(expected)
+        or any(n is not None and e is not None and n != e for n, e in zip(shape[1:], expected[1:]))
+        or 0 in shape[1:]
+    ):
+        sizes = ", ".join("n" if n is None else str(n) for n in sample_shape)
+        varying = " with n >= 1" if None in sample_shape else ""
+        raise ValueError(
+            f"{type(model).__name__} expects {what} of shape (batch, {sizes}){varying}. "
+            f"Received: {name}.shape={shape}"
+        )
+
+
 def _sample_shape(shape):
-    """`input_shape` as a tuple of positive ints and `None`s, at least one axis."""
+    """`input_shape` as a tuple of positive ints and `None`s, at least one
+    axis; a dict of them for named inputs."""
+    if isinstance(shape, dict) and shape and all(isinstance(k, str) for k in shape):
+        return {key: _sample_shape(value) for key, value in shape.items()}
     values = tuple(shape) if isinstance(shape, (list, tuple)) else None
     if not values or not all(
         v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1) for v in values

@@ -152,14 +152,13 @@ class PointCapsNet(CapsuleTask):
         self.latent.build((shape[0], self.primary_capsules, self.primary_dim))
         self.decoder.build((shape[0], self.latent_capsules, self.latent_dim))
 
-    def _check_points(self, points_shape):
-        if len(points_shape) != 3 or points_shape[-1] != 3:
+    def _check_points(self, points_shape, name="points_shape"):
+        points_shape = tuple(points_shape)
+        if len(points_shape) != 3 or points_shape[-1] != 3 or points_shape[1] == 0:
             raise ValueError(
-                "PointCapsNet expects point clouds of shape (batch, points, 3). "
-                f"Received: points_shape={tuple(points_shape)}"
+                "PointCapsNet expects point clouds of shape (batch, n, 3) with n >= 1. "
+                f"Received: {name}={points_shape}"
             )
-        if points_shape[1] is not None and points_shape[1] < 1:
-            raise ValueError(f"A cloud needs points. Received: points_shape={tuple(points_shape)}")
 
     def encode(self, points, mask=None, training=None):
         """The latent capsules `(batch, latent_capsules, latent_dim)` of
@@ -170,7 +169,7 @@ class PointCapsNet(CapsuleTask):
         so its latent capsules are finite (with finite gradients) and the
         other clouds' do not change."""
         x = ops.convert_to_tensor(points, dtype=self.compute_dtype)
-        self._check_points(tuple(x.shape))
+        self._check_points(x.shape, "points.shape")
         if mask is not None:
             # Whatever a dropped point holds (NaN too) takes no part, also
             # in the batch statistics of training.
@@ -186,6 +185,7 @@ class PointCapsNet(CapsuleTask):
         return self.decoder(latent, grid=grid, training=training)
 
     def scores_and_poses(self, points, training=None, mask=None):
+        self.check_inputs(points, "inputs")  # before any computation
         latent = self.encode(points, mask=mask, training=training)
         return self.decode(latent, training=training), latent
 

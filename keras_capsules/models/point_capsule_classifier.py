@@ -134,6 +134,7 @@ class PointCapsuleClassifier(CapsuleTask):
         self.built = True
 
     def scores_and_poses(self, points, training=None, mask=None):
+        self.check_inputs(points, "inputs")  # before any computation
         latent = self.autoencoder.encode(points, mask=mask, training=training)
         if self.head == "capsules":
             poses = self.class_capsules(latent)

@@ -5,13 +5,16 @@ runs the model harness (`ModelTestCase.run_model_test`: fit, save, load,
 fit again, predict equal, every layer built, mixed precision): here for
 the models that have no harness test in their own file."""
 
+import json
 import pathlib
+import zipfile
 
 import keras
 import numpy as np
 import pytest
 
 import keras_capsules as kc
+from tests.models.builders import tiny_efficient
 from tests.models.ready_models import READY_MODELS, TASK_BASES
 from tests.test_case import BACKEND, ModelTestCase
 
@@ -102,3 +105,27 @@ def test_point_cloud_models_export_for_any_number_of_points(name, tmp_path):
         np.testing.assert_allclose(
             served.serve(tf.constant(clouds)).numpy(), expected, rtol=1e-5, atol=1e-6
         )
+
+
+@pytest.mark.parametrize("jit_compile", ["auto", False])
+def test_a_saved_model_keeps_the_jit_compile_given(jit_compile, tmp_path):
+    # Keras saves the value this backend resolved "auto" to (True on JAX,
+    # and on TensorFlow on CPU for the models with xla_on_cpu): loaded on
+    # torch, such a file compiled with torch.compile, minutes before its
+    # first predict. The ready models save the choice as given, resolved
+    # again by the backend that loads the file.
+    keras.utils.set_random_seed(0)
+    model = tiny_efficient()
+    model.compile(jit_compile=jit_compile)
+    assert model.get_compile_config()["jit_compile"] == jit_compile
+    model.optimizer.build(model.trainable_variables)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    with zipfile.ZipFile(path) as archive:
+        saved = json.loads(archive.read("config.json"))["compile_config"]
+    assert saved["jit_compile"] == jit_compile
+    loaded = keras.saving.load_model(path)
+    assert loaded.jit_compile == model.jit_compile  # resolved here, as compiled here
+    assert loaded.get_compile_config()["jit_compile"] == jit_compile
+    if BACKEND == "torch":
+        assert loaded.jit_compile is False  # no torch.compile for "auto"
