@@ -86,8 +86,8 @@ def add_location_arguments(parser):
 
 
 def add_compute_arguments(parser):
-    """`--mixed-precision`, `--distribute` and `--jit-compile`: how the
-    steps run, not what they compute."""
+    """`--mixed-precision`, `--distribute`, `--jit-compile` and `--threads`:
+    how the steps run, not what they compute."""
     parser.add_argument("--mixed-precision", choices=MIXED_PRECISION, default="float32")
     parser.add_argument(
         "--distribute",
@@ -107,6 +107,74 @@ def add_compute_arguments(parser):
         "only with a GPU; torch: torch.compile for CapsNet runs of "
         f"{TORCH_COMPILE_MIN_IMAGES:,}+ training images, else eager",
     )
+    add_threads_argument(parser)
+
+
+def add_threads_argument(parser):
+    """`--threads`: the CPU threads of the backend's operations."""
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CPU threads of each operation: torch.set_num_threads on torch, "
+        "TensorFlow's intra-op threads; not on JAX, whose XLA sets its threads "
+        "when it starts (default: the backend's, one per core). On a CPU that "
+        "other jobs keep busy, --threads 1 runs torch several times faster",
+    )
+
+
+def check_threads(parser, args):
+    """`--threads`: at least 1, and not on JAX."""
+    if args.threads is None:
+        return
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1. Received: --threads {args.threads}")
+    if keras.backend.backend() == "jax":
+        parser.error(
+            "--threads is for torch and TensorFlow: XLA sets JAX's CPU threads when it "
+            f"starts. Received: --threads {args.threads} on jax"
+        )
+
+
+# A CPU this busy (1-minute load average per core) slows torch's default
+# threads down most: they wait for each other at every operation.
+BUSY_LOAD_PER_CORE = 1.0
+
+
+def set_threads(threads):
+    """Sets the backend's CPU threads per operation (`None`: leaves the
+    backend's default, one per core, and on torch prints a note when the
+    CPU is busy).
+
+    torch's threads wait for each other at the end of every operation, so
+    when other processes hold the cores each step waits for the slowest.
+    On a 2-core CPU at load 11-15, a training step of Efficient-CapsNet
+    (batch 16, the quick start's) took 0.31-0.44 s on torch with 1 thread
+    against 4.4-6.3 s with the default 2 (medians of 20 steps, 3 runs
+    each). The thread count changes the order of the sums: the same seed
+    repeats a run bit for bit only at the same count, so the default does
+    not follow the load.
+    """
+    backend = keras.backend.backend()
+    if threads is None:
+        cores = os.cpu_count() or 1
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        if backend == "torch" and cores > 1 and load >= BUSY_LOAD_PER_CORE * cores:
+            print(
+                f"Note: the CPU is busy (load {load:.1f} on {cores} cores): torch's "
+                "default threads wait for each other there; --threads 1 is often "
+                "several times faster."
+            )
+        return
+    if backend == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
 
 
 def add_schedule_arguments(parser):
@@ -188,6 +256,7 @@ def checked(parser, args, epochs):
         args.epochs = 1 if args.smoke else epochs
     if args.epochs < 1:
         parser.error(f"--epochs must be >= 1. Received: --epochs {args.epochs}")
+    check_threads(parser, args)
     return args
 
 
@@ -472,6 +541,7 @@ def run(
         use_xla_cpu_convolutions()
 
     args = parse_args(description, epochs, batch_size, routers, argv, add_arguments)
+    set_threads(args.threads)  # before TensorFlow's first operation
     # One folder per backend: runs of one example on several backends side by side.
     output_dir = args.output_dir or os.path.join("runs", name, keras.backend.backend())
     os.makedirs(output_dir, exist_ok=True)

@@ -9,6 +9,7 @@ first `--test-images` test images. Prints a table and writes
 
     python examples/readme_usage.py                      # every router
     python examples/readme_usage.py --routers dynamic,em --data-dir DIR
+    python examples/readme_usage.py --threads 1   # torch on a busy CPU
 """
 
 import argparse
@@ -23,7 +24,12 @@ import keras_capsules as kc
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import atomic  # noqa: E402
 import data  # noqa: E402
-from common import use_xla_cpu_convolutions  # noqa: E402
+from common import (  # noqa: E402
+    add_threads_argument,
+    check_threads,
+    set_threads,
+    use_xla_cpu_convolutions,
+)
 
 
 def readme_model(router):
@@ -89,9 +95,12 @@ def main(argv=None):
         action="store_true",
         help="8 fake training and 8 fake test images (data.mock_data; no download)",
     )
+    add_threads_argument(parser)
     args = parser.parse_args(argv)
+    check_threads(parser, args)
     if argv is None:
         use_xla_cpu_convolutions()
+    set_threads(args.threads)
     routers = args.routers.split(",")
     unknown = sorted(set(routers) - set(kc.routing.names()))
     if unknown:
