@@ -849,3 +849,47 @@ def test_bad_dict_inputs_are_refused_by_name(weighted_sets, method, x, pattern, 
 
 def test_good_dict_inputs_pass(weighted_sets):
     assert weighted_sets.predict(_sets(), verbose=0).shape == (2, 2)
+
+
+# CapsuleSequenceClassifier (a keras-hub backbone's dict of inputs): a
+# direct call with a missing input, one array, or inputs of the wrong rank
+# is refused by the backbone's own input check, before any computation.
+def _tokens(**changes):
+    tokens = np.full((2, 8), 4, "int32")
+    inputs = {"token_ids": tokens, "segment_ids": tokens * 0, "padding_mask": tokens > 0}
+    inputs.update(changes)
+    return {k: v for k, v in inputs.items() if v is not None}
+
+
+SEQUENCE_CASES = [
+    (
+        "sequence-call-missing-input",
+        _tokens(segment_ids=None),
+        r'Missing data for input "segment_ids"',
+    ),
+    ("sequence-call-not-a-dict", np.full((2, 8), 4, "int32"), r"expects 3 named input\(s\)"),
+    (
+        "sequence-call-rank-1",
+        _tokens(
+            token_ids=np.full((2,), 4, "int32"),
+            segment_ids=np.zeros((2,), "int32"),
+            padding_mask=np.ones((2,), bool),
+        ),
+        r"Invalid input shape for input .*Expected shape \(None, None\)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "x, pattern", [c[1:] for c in SEQUENCE_CASES], ids=[c[0] for c in SEQUENCE_CASES]
+)
+def test_bad_inputs_to_the_sequence_classifier_are_refused(x, pattern, monkeypatch):
+    pytest.importorskip("keras_hub")
+    from tests.models.ready_models import _sequence_classifier
+
+    keras.utils.set_random_seed(0)
+    model = _sequence_classifier()
+    with monkeypatch.context() as patch:
+        _forbid_ops(patch)
+        with pytest.raises(ValueError, match=pattern):
+            model(x)

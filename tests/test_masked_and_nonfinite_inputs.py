@@ -165,8 +165,10 @@ ROWS = [
     ("PointPrimaryCapsule", fully_masked, finite_and_rest_alone),
     ("PointPrimaryCapsule", nan_masked_out, as_clean),
     ("LocalReferenceFrames", nan_in_one_sample, frames_nan_in_bad_sample),
+    ("LocalReferenceFrames", fully_masked, finite_and_rest_alone),
     ("QuaternionCapsuleClassifier", nan_in_one_sample, rest_alone),
     ("QuaternionCapsuleClassifier", nan_masked_out, as_clean),
+    ("QuaternionCapsuleClassifier", fully_masked, finite_and_rest_alone),
     ("VectorRouting", fully_masked, finite_and_rest_alone),
     ("VectorRouting", nan_masked_out, as_clean),
     ("SetPrimaryCapsule", fully_masked, finite_and_rest_alone),
@@ -289,3 +291,23 @@ def test_set_primary_capsules_of_empty_sets_are_none():
     assert tuple(capsules.shape) == (3, 0, 4)
     mask = layer.compute_mask(None, keras.ops.ones((3, 0), "bool"))
     assert tuple(mask.shape) == (3, 0)
+
+
+def test_sequence_classifier_with_a_fully_masked_sequence():
+    # The padding mask drops every token of sequence 1: finite scores, and
+    # the other sequences score as alone.
+    pytest.importorskip("keras_hub")
+    from tests.models.ready_models import _sequence_classifier
+
+    keras.utils.set_random_seed(0)
+    model = _sequence_classifier()
+    tokens = np.random.default_rng(0).integers(3, 10, size=(BATCH, 8)).astype("int32")
+    mask = np.ones_like(tokens, bool)
+    mask[BAD] = False
+    mask[2, -3:] = False
+    x = {"token_ids": tokens, "segment_ids": np.zeros_like(tokens), "padding_mask": mask}
+    scores = to_numpy(model(x))
+    assert np.isfinite(scores).all(), scores
+    for i in (0, 2):
+        alone = to_numpy(model({k: v[i : i + 1] for k, v in x.items()}))[0]
+        np.testing.assert_allclose(scores[i], alone, rtol=1e-5, atol=1e-6, err_msg=f"sequence {i}")
