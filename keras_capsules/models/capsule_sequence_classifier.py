@@ -9,7 +9,7 @@ from keras import ops
 from keras_capsules.layers.vector_routing import VectorRouting
 from keras_capsules.models import presets
 from keras_capsules.models.capsule_task import CapsuleTask
-from keras_capsules.validation import positive_int
+from keras_capsules.validation import boolean, positive_int
 
 _HIDDEN_STATES = ("all", "last")
 
@@ -98,7 +98,9 @@ class CapsuleSequenceClassifier(CapsuleTask):
 
     The task contract of every ready model (`CapsuleTask`):
     `compile(optimizer="auto", loss="auto", metrics="auto")` gives Adam at
-    `1e-3` with the backbone frozen, `5e-5` (fine-tuning) otherwise,
+    `5e-5` when it fine-tunes pretrained weights (`pretrained=True` and the
+    backbone trainable), `1e-3` otherwise (a frozen backbone, or one
+    trained from scratch with the head),
     `CategoricalCrossentropy(from_logits=True)` and accuracy; labels are
     class ids `(batch,)` or `(batch, 1)`, or one-hot; `return_poses=True`
     also gives the class capsules `(batch, num_classes, capsule_dim)`; a
@@ -119,6 +121,13 @@ class CapsuleSequenceClassifier(CapsuleTask):
         part_dim: size of a part capsule.
         capsule_dim: size of a class capsule.
         iterations: routing iterations of both routings, `>= 1`.
+        pretrained: whether the backbone holds pretrained weights, which
+            `compile()` then fine-tunes at `5e-5` while it is trainable
+            (`1e-3` for a backbone trained from scratch). `from_preset`
+            sets it when it loads a preset's weights; pass `True` for a
+            pretrained backbone made otherwise
+            (`CapsuleSequenceClassifier(BertBackbone.from_preset(...), 2,
+            pretrained=True)`).
         **kwargs: `keras.Model` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -164,6 +173,7 @@ class CapsuleSequenceClassifier(CapsuleTask):
         part_dim=64,
         capsule_dim=16,
         iterations=2,
+        pretrained=False,
         **kwargs,
     ):
         # The inputs are the backbone's (a dict for keras-hub's text
@@ -201,6 +211,7 @@ class CapsuleSequenceClassifier(CapsuleTask):
         self.part_dim = positive_int(part_dim, "part_dim")
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.iterations = positive_int(iterations, "iterations")
+        self.pretrained = boolean(pretrained, "pretrained")
         self.depth = len(tensors)
         self.uses_padding_mask = isinstance(backbone.input, dict) and "padding_mask" in (
             backbone.input
@@ -266,9 +277,10 @@ class CapsuleSequenceClassifier(CapsuleTask):
 
     @property
     def default_learning_rate(self):
-        """Adam's learning rate of `compile()`: 1e-3 with the backbone
-        frozen, 5e-5 (fine-tuning) otherwise."""
-        return 1e-3 if not self.backbone.trainable else 5e-5
+        """Adam's learning rate of `compile()`: 5e-5 (fine-tuning) for a
+        trainable pretrained backbone; 1e-3 for a frozen one or one trained
+        from scratch."""
+        return 5e-5 if self.pretrained and self.backbone.trainable else 1e-3
 
     def default_loss(self):
         """Cross-entropy on the logits."""
@@ -279,7 +291,8 @@ class CapsuleSequenceClassifier(CapsuleTask):
         """A saved classifier (a `.keras` file, as every ready model's
         `from_preset`), or a new classifier of `num_classes` on
         `keras_hub.models.Backbone.from_preset(preset)`: a preset name
-        (downloaded by keras-hub) or a local preset folder."""
+        (downloaded by keras-hub) or a local preset folder, `pretrained`
+        when its weights are loaded (`load_weights=True`)."""
         if presets.is_capsules_preset(preset):
             return presets.from_preset(preset, model_class=cls)
         if num_classes is None:
@@ -288,6 +301,7 @@ class CapsuleSequenceClassifier(CapsuleTask):
                 f"preset. Received: preset={preset!r}, num_classes=None"
             )
         backbone = _keras_hub().models.Backbone.from_preset(preset, load_weights=load_weights)
+        kwargs.setdefault("pretrained", bool(load_weights))
         return cls(backbone, num_classes, **kwargs)
 
     def get_config(self):
@@ -301,9 +315,12 @@ class CapsuleSequenceClassifier(CapsuleTask):
             part_dim=self.part_dim,
             capsule_dim=self.capsule_dim,
             iterations=self.iterations,
+            pretrained=self.pretrained,
         )
         return config
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        # Files saved before `pretrained` existed fine-tuned any trainable
+        # backbone at 5e-5: they keep doing so when compiled again.
+        return cls(**{"pretrained": True, **config})

@@ -53,6 +53,44 @@ def test_learns_on_a_frozen_backbone_with_the_defaults():
         np.testing.assert_array_equal(old, new)
 
 
+def test_default_learning_rate_fine_tunes_only_pretrained_weights():
+    # From scratch (the backbone trains with the head): 1e-3, as a frozen
+    # backbone; 5e-5 only fine-tuning pretrained weights.
+    scratch = CapsuleSequenceClassifier(bert(), 2)
+    pretrained = CapsuleSequenceClassifier(bert(), 2, pretrained=True)
+    assert not scratch.pretrained
+    rates = {}
+    for name, model in (("scratch", scratch), ("pretrained", pretrained)):
+        model.compile()
+        rates[name] = float(model.optimizer.learning_rate)
+        model.backbone.trainable = False
+        model.compile()
+        rates[name + " frozen"] = float(model.optimizer.learning_rate)
+    expected = {
+        "scratch": 1e-3,
+        "scratch frozen": 1e-3,
+        "pretrained": 5e-5,
+        "pretrained frozen": 1e-3,
+    }
+    np.testing.assert_allclose([rates[k] for k in expected], list(expected.values()), rtol=1e-6)
+
+
+def test_pretrained_is_saved_and_old_files_keep_fine_tuning():
+    model = CapsuleSequenceClassifier(bert(), 2, hidden_dim=16, num_parts=4, part_dim=8)
+    model.compile()
+    loaded = round_trip(model)
+    assert loaded.get_config()["pretrained"] is False
+    np.testing.assert_allclose(float(loaded.optimizer.learning_rate), 1e-3, rtol=1e-6)
+    loaded.fit(*counting_task(4), verbose=0)  # resumes
+    # A config saved before `pretrained` existed: 5e-5 for a trainable
+    # backbone, as when it was saved.
+    config = model.get_config()
+    del config["pretrained"]
+    old = CapsuleSequenceClassifier.from_config(config)
+    assert old.pretrained
+    np.testing.assert_allclose(old.default_learning_rate, 5e-5, rtol=1e-6)
+
+
 def test_fine_tunes_the_backbone_when_it_is_trainable():
     backbone = bert()
     model = CapsuleSequenceClassifier(backbone, 2, hidden_dim=32, num_parts=8, part_dim=16)
@@ -120,6 +158,12 @@ def test_from_a_local_preset(tmp_path):
     for ours, theirs in zip(model.backbone.weights, backbone.weights):
         np.testing.assert_array_equal(to_numpy(ours), to_numpy(theirs))
     assert tuple(model(counting_task(2)[0]).shape) == (2, 2)
+    # Its weights loaded: fine-tuned at 5e-5; without them, trained at 1e-3.
+    assert model.pretrained and model.default_learning_rate == 5e-5
+    fresh = CapsuleSequenceClassifier.from_preset(
+        str(tmp_path / "preset"), num_classes=2, load_weights=False
+    )
+    assert not fresh.pretrained and fresh.default_learning_rate == 1e-3
 
 
 def test_mixed_precision_gives_finite_logits():
@@ -136,6 +180,7 @@ def test_mixed_precision_gives_finite_logits():
         (dict(hidden_states="first"), "hidden_states='first'"),
         (dict(hidden_states=["no_such_layer"]), "no_such_layer"),
         (dict(iterations=0), "iterations=0"),
+        (dict(pretrained="yes"), "pretrained='yes'"),
     ],
 )
 def test_bad_arguments_are_refused(kwargs, match):
