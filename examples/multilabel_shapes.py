@@ -12,7 +12,10 @@ multi-label training needs nothing special: `MarginLoss` takes the k-hot
 targets as they are, and a kind is predicted when its length passes 0.5.
 
 The two models, of about the same size, train in the same run on the same
-data with `compile()`'s defaults (Adam):
+data with the same optimizer, Adam at 3e-3 (`compile()` without an
+optimizer gives Keras's RMSprop at 1e-3, with which the capsule network
+learns several times slower: on 2,000 images for 8 epochs its exact set
+is 52-72 % where Adam at 3e-3 gives 99.1-99.7 %):
 
 - capsules: `Conv2D(32, 5, relu) -> PrimaryCapsule(4, 8, 5, strides=3) ->
   Capsule(4, 16) (dynamic routing) -> Length`, `MarginLoss`;
@@ -71,7 +74,7 @@ def capsule_model():
     x = kc.PrimaryCapsule(4, 8, kernel_size=5, strides=3)(x)  # 8 x 8 x 4 capsules
     scores = kc.Length()(kc.Capsule(len(KINDS), 16)(x))
     model = keras.Model(images, scores, name="capsules")
-    model.compile(loss=kc.MarginLoss(), metrics=metrics())
+    model.compile(optimizer=keras.optimizers.Adam(3e-3), loss=kc.MarginLoss(), metrics=metrics())
     return model
 
 
@@ -83,7 +86,9 @@ def cnn_model():
     x = keras.layers.GlobalMaxPooling2D()(x)
     scores = keras.layers.Dense(len(KINDS), activation="sigmoid")(x)
     model = keras.Model(images, scores, name="cnn")
-    model.compile(loss="binary_crossentropy", metrics=metrics())
+    model.compile(
+        optimizer=keras.optimizers.Adam(3e-3), loss="binary_crossentropy", metrics=metrics()
+    )
     return model
 
 
