@@ -12,8 +12,8 @@ defaults stop learning (a learning rate, an optimizer, a head) fails here.
 - "Sequences and transformers", any backbone (docs/examples.md): a small
   backbone trained from scratch under `CapsuleSequenceClassifier(...,
   hidden_states="last")` with `compile()`'s defaults (Adam at 1e-3 for a
-  backbone that is not pretrained; at the fine-tuning rate, 5e-5, it
-  stays near chance at this budget).
+  backbone that is not pretrained; at the fine-tuning rate, 5e-5, the
+  same test ends at a loss of 1.22, chance 1.39, and 43 % on torch).
 
 Measured on the three backends (2-core CPU): multi-label losses of
 0.10-0.13 (bar 0.17) and exact sets 70-81 % (bar 60 %); sequences
