@@ -682,23 +682,37 @@ def model_error(model, method, shape):
     )
 
 
-MODEL_CASES = [
-    (f"{model}-{method}-{case}", model, method, x, model_error(model, method, x.shape))
-    for model in POINT_MODELS
-    for method in ARGUMENT
-    for case, x in BAD_CLOUDS.items()
-] + [
-    (
-        f"QuaternionCapsuleClassifier-{method}-fewer-points-than-patches",
-        "QuaternionCapsuleClassifier",
-        method,
-        ones(2, 5, 3),
-        r"QuaternionCapsuleClassifier expects points of shape \(batch, n, 3\), n >= 8 "
-        r"\(num_patches, patch_size, frame_neighbors\)\. "
-        rf"Received: {'points' if method == 'call' else 'x'}\.shape=\(2, 5, 3\)",
-    )
-    for method in ARGUMENT
-]
+MODEL_CASES = (
+    [
+        (f"{model}-{method}-{case}", model, method, x, model_error(model, method, x.shape))
+        for model in POINT_MODELS
+        for method in ARGUMENT
+        for case, x in BAD_CLOUDS.items()
+    ]
+    + [
+        (
+            f"{model}-{method}-no-clouds",
+            model,
+            method,
+            ones(0, 16, 3),
+            rf"{model}\.{method} needs at least one input\. Received: x\.shape=\(0, 16, 3\)",
+        )
+        for model in POINT_MODELS
+        for method in ("predict", "fit", "evaluate")
+    ]
+    + [
+        (
+            f"QuaternionCapsuleClassifier-{method}-fewer-points-than-patches",
+            "QuaternionCapsuleClassifier",
+            method,
+            ones(2, 5, 3),
+            r"QuaternionCapsuleClassifier expects points of shape \(batch, n, 3\), n >= 8 "
+            r"\(num_patches, patch_size, frame_neighbors\)\. "
+            rf"Received: {'points' if method == 'call' else 'x'}\.shape=\(2, 5, 3\)",
+        )
+        for method in ARGUMENT
+    ]
+)
 
 
 def _run(model, method, x):

@@ -83,7 +83,8 @@ class CapsuleTask(keras.Model):
       `check_targets` (`CapsuleSegmenter`: masks).
     - Inputs: `fit`, `evaluate` and `predict` refuse arrays whose shape is
       not `(batch, *input_shape)` (`None` in `input_shape`: any size but
-      0) with a `ValueError` before Keras traces a step (`check_inputs`;
+      0), or of no inputs (`batch = 0`), with a `ValueError` before Keras
+      traces a step (`check_inputs`;
       the point-cloud models' `scores_and_poses` call it too, so that
       `model(x)` names the shape before any computation).
     - `compile(optimizer="auto", loss="auto", metrics="auto",
@@ -330,8 +331,21 @@ class CapsuleTask(keras.Model):
         for key, sample_shape in self.sample_shape.items():
             _check_shape(self, f"{key!r}", sample_shape, x[key], f"{name}[{key!r}]")
 
+    def _check_not_empty(self, x, method):
+        # Keras 3.15.1 fails on arrays of no inputs with its own internal
+        # error (`predict`: 'batch_outputs' referenced before assignment).
+        first = next(iter(x.values()), None) if isinstance(x, dict) else x
+        shape = getattr(first, "shape", None)
+        if shape is not None and len(shape) and shape[0] == 0:
+            shape = tuple(None if n is None else int(n) for n in shape)
+            raise ValueError(
+                f"{type(self).__name__}.{method} needs at least one input. "
+                f"Received: x.shape={shape}"
+            )
+
     def fit(self, x=None, y=None, *args, **kwargs):
         self.check_inputs(x)
+        self._check_not_empty(x, "fit")
         self.check_targets(y, "y")
         validation = kwargs.get("validation_data")
         if isinstance(validation, (tuple, list)) and len(validation) >= 2:
@@ -340,11 +354,13 @@ class CapsuleTask(keras.Model):
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
         self.check_inputs(x)
+        self._check_not_empty(x, "evaluate")
         self.check_targets(y, "y")
         return super().evaluate(x, y, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
         self.check_inputs(x)
+        self._check_not_empty(x, "predict")
         return super().predict(x, *args, **kwargs)
 
     def export(
