@@ -792,6 +792,7 @@ def run_metrics(call, args, outcome, state):
         "images_per_second": fit.throughput.images_per_second,
         "train_seconds": outcome.train_seconds,
         "mixed_precision": args.mixed_precision,
+        "threads": args.threads,  # None: the backend's default
         "distribute": args.distribute,
         "replicas": outcome.cluster.replicas,
         "processes": outcome.cluster.num_processes,

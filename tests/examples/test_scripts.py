@@ -119,6 +119,7 @@ def test_smoke_run_writes_every_output(name, tmp_path, monkeypatch, capsys):
     assert read_metrics(out) == json.loads(json.dumps(metrics))
     assert metrics["backend"] == BACKEND and metrics["steps_per_epoch"] == 2
     assert metrics["seed"] == 0  # The default: the same numbers each run.
+    assert metrics["threads"] is None  # the backend's default (--threads)
     assert np.isfinite(metrics["test_loss"]) and 0 <= metrics["test_accuracy"] <= 1
     assert metrics["parameters"] > 0 and metrics["images_per_second"] > 0
     assert metrics["validation_fraction"] == 0.1
