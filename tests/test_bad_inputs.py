@@ -1,5 +1,5 @@
-"""Wrong constructions and calls of every public class, and the NumPy
-numbers that must be accepted.
+"""Wrong constructions and calls of every public class, and what must be
+accepted: NumPy numbers, and the sizes a built layer's weights do not fix.
 
 Each case must raise a ValueError or TypeError whose message names the
 argument and the value received, before any computation: while a case runs
@@ -265,7 +265,7 @@ CASES = [
             [[ones(2, 6, 4), ones(2, 6)]],
             [ones(2, 6, 4), ones(2, 4)],
         ),
-        ["activations.shape=(2, 4)"],
+        ["Input 1", "axis -1", "value 6", "(2, 4)"],
     ),
     (
         "conv2d-activations",
@@ -351,6 +351,199 @@ CASES = [
         ["kernel_size=(11, 11)"],
     ),
     ("length-rank", call(kc.Length, ones(4)), ["input_shape=(4,)"]),
+    # A built layer of the 2-D family refuses, before computing, inputs of
+    # other sizes or rank than those it was built for (a Keras InputSpec set
+    # in `build`): the layer, the axis, the size expected, the shape received.
+    *(
+        (f"{case_id}-built-{kind}", call_built(make, [first], bad), parts)
+        for case_id, make, first, rows in [
+            (
+                "capsule",
+                lambda: kc.Capsule(3, 4),
+                ones(2, 6, 8),
+                [
+                    ("dim", ones(2, 6, 5), ["axis -1", "value 8", "(2, 6, 5)"]),
+                    ("in-caps", ones(2, 7, 8), ["axis -2", "value 6", "(2, 7, 8)"]),
+                    ("rank", ones(2, 6), ["expected ndim=3", "(2, 6)"]),
+                ],
+            ),
+            (
+                "capsule-shared",
+                lambda: kc.Capsule(3, 4, share_weights=True),
+                ones(2, 6, 8),
+                [
+                    ("dim", ones(2, 9, 5), ["axis -1", "value 8", "(2, 9, 5)"]),
+                    ("rank", ones(2, 6, 8, 1), ["expected ndim=3", "(2, 6, 8, 1)"]),
+                ],
+            ),
+            (
+                "primary",
+                lambda: kc.PrimaryCapsule(2, 4, 3),
+                ones(1, 5, 5, 3),
+                [
+                    ("channels", ones(1, 5, 5, 2), ["axis -1", "value 3", "(1, 5, 5, 2)"]),
+                    ("rank", ones(1, 5, 5), ["expected ndim=4", "(1, 5, 5)"]),
+                ],
+            ),
+            (
+                "depthwise-primary",
+                lambda: kc.DepthwisePrimaryCapsule(2, 2),
+                ones(1, 3, 3, 4),
+                [
+                    ("channels", ones(1, 3, 3, 5), ["axis -1", "value 4", "(1, 3, 3, 5)"]),
+                    ("grid", ones(1, 4, 3, 4), ["axis 1", "value 3", "(1, 4, 3, 4)"]),
+                    ("rank", ones(1, 3, 12), ["expected ndim=4", "(1, 3, 12)"]),
+                ],
+            ),
+            (
+                "primary-matrix",
+                lambda: kc.PrimaryMatrixCapsule(2),
+                ones(1, 3, 3, 4),
+                [
+                    ("channels", ones(1, 3, 3, 5), ["axis -1", "value 4", "(1, 3, 3, 5)"]),
+                    ("rank", ones(1, 3, 3), ["expected ndim=4", "(1, 3, 3)"]),
+                ],
+            ),
+            (
+                "conv1d",
+                lambda: kc.ConvCapsule1D(2, 4, 3),
+                ones(1, 6, 2, 4),
+                [
+                    ("dim", ones(1, 6, 2, 5), ["axis -1", "value 4", "(1, 6, 2, 5)"]),
+                    ("rank", ones(1, 6, 2, 4, 1), ["expected ndim=4", "(1, 6, 2, 4, 1)"]),
+                ],
+            ),
+            (
+                "conv2d",
+                lambda: kc.ConvCapsule2D(2, 4, 3),
+                ones(1, 5, 5, 2, 4),
+                [
+                    ("dim", ones(1, 5, 5, 2, 5), ["axis -1", "value 4", "(1, 5, 5, 2, 5)"]),
+                    ("types", ones(1, 5, 5, 3, 4), ["axis -2", "value 2", "(1, 5, 5, 3, 4)"]),
+                    ("rank", ones(1, 5, 5, 8), ["expected ndim=5", "(1, 5, 5, 8)"]),
+                ],
+            ),
+            (
+                "conv-matrix",
+                lambda: kc.ConvMatrixCapsule(2, 1),
+                [ones(1, 3, 3, 2, 16), ones(1, 3, 3, 2)],
+                [
+                    (
+                        "types",
+                        [ones(1, 3, 3, 3, 16), ones(1, 3, 3, 3)],
+                        ["axis -2", "value 2", "(1, 3, 3, 3, 16)"],
+                    ),
+                    (
+                        "rank",
+                        [ones(1, 3, 3, 32), ones(1, 3, 3, 2)],
+                        ["expected ndim=5", "(1, 3, 3, 32)"],
+                    ),
+                ],
+            ),
+            (
+                "class-matrix",
+                lambda: kc.ClassMatrixCapsule(3),
+                [ones(1, 2, 2, 3, 16), ones(1, 2, 2, 3)],
+                [
+                    (
+                        "types",
+                        [ones(1, 2, 2, 4, 16), ones(1, 2, 2, 4)],
+                        ["axis -2", "value 3", "(1, 2, 2, 4, 16)"],
+                    ),
+                    (
+                        "activations",
+                        [ones(1, 2, 2, 3, 16), ones(1, 2, 2, 4)],
+                        ["Input 1", "axis -1", "value 3", "(1, 2, 2, 4)"],
+                    ),
+                    (
+                        "rank",
+                        [ones(1, 2, 2, 48), ones(1, 2, 2, 3)],
+                        ["expected ndim=5", "(1, 2, 2, 48)"],
+                    ),
+                ],
+            ),
+            (
+                "local",
+                lambda: kc.LocalCapsule2D(2, 4, 3),
+                ones(1, 5, 5, 2, 3),
+                [
+                    ("dim", ones(1, 5, 5, 2, 4), ["axis -1", "value 3", "(1, 5, 5, 2, 4)"]),
+                    ("types", ones(1, 5, 5, 1, 3), ["axis -2", "value 2", "(1, 5, 5, 1, 3)"]),
+                    ("rank", ones(1, 5, 5, 6), ["expected ndim=5", "(1, 5, 5, 6)"]),
+                ],
+            ),
+            (
+                "local-deconv",
+                lambda: kc.LocalDeconvCapsule2D(2, 4),
+                ones(1, 3, 3, 2, 3),
+                [
+                    ("dim", ones(1, 3, 3, 2, 4), ["axis -1", "value 3", "(1, 3, 3, 2, 4)"]),
+                    ("rank", ones(1, 3, 3, 6), ["expected ndim=5", "(1, 3, 3, 6)"]),
+                ],
+            ),
+            (
+                "attention",
+                lambda: kc.CapsuleAttention(num_heads=2),
+                ones(2, 6, 8),
+                [
+                    ("dim", ones(2, 6, 4), ["axis -1", "value 8", "(2, 6, 4)"]),
+                    ("rank", ones(2, 48), ["expected ndim=3", "(2, 48)"]),
+                ],
+            ),
+            (
+                "heinsen",
+                lambda: kc.HeinsenCapsule(3, 4),
+                [ones(2, 6, 4, 4), ones(2, 6)],
+                [
+                    (
+                        "d-inp",
+                        [ones(2, 6, 4, 5), ones(2, 6)],
+                        ["axis -1", "value 4", "(2, 6, 4, 5)"],
+                    ),
+                    (
+                        "in-caps",
+                        [ones(2, 7, 4, 4), ones(2, 7)],
+                        ["axis -3", "value 6", "(2, 7, 4, 4)"],
+                    ),
+                    ("rank", [ones(2, 6, 16), ones(2, 6)], ["expected ndim=4", "(2, 6, 16)"]),
+                ],
+            ),
+            (
+                "length",
+                kc.Length,
+                ones(2, 3, 4),
+                [("rank", ones(4), ["expected min_ndim=2", "(4,)"])],
+            ),
+            (
+                "squash",
+                kc.Squash,
+                ones(2, 3, 4),
+                [("rank", ones(4), ["expected min_ndim=2", "(4,)"])],
+            ),
+            (
+                "pruning",
+                kc.CapsulePruning,
+                ones(2, 3, 4),
+                [("rank", ones(2, 12), ["expected ndim=3", "(2, 12)"])],
+            ),
+            (
+                "mask",
+                kc.Mask,
+                POSES,
+                [("rank", ones(2, 40), ["poses.shape=(2, 40)"])],
+            ),
+            (
+                "auto-conv",
+                lambda: kc.AutoConv2D(4, 3),
+                ones(1, 5, 5, 2),
+                [
+                    ("channels", ones(1, 5, 5, 3), ["axis -1", "value 2", "(1, 5, 5, 3)"]),
+                    ("rank", ones(1, 5, 5), ["expected min_ndim=4", "(1, 5, 5)"]),
+                ],
+            ),
+        ]
+        for kind, bad, parts in rows
+    ),
 ]
 
 
@@ -383,6 +576,82 @@ def test_bad_input_is_refused_with_a_named_error(setup, expected, monkeypatch):
     message = str(info.value)
     for part in expected:
         assert part in message, (part, message)
+
+
+# What a built layer still takes: another batch size, and the sizes its
+# weights do not fix (children with shared transforms, grids of the layers
+# that slide or pool, capsules of the weightless layers).
+STILL_ACCEPTED = [
+    ("capsule-batch", lambda: kc.Capsule(3, 4), ones(2, 6, 8), ones(5, 6, 8), (5, 3, 4)),
+    (
+        "capsule-shared-in-caps",
+        lambda: kc.Capsule(3, 4, share_weights=True),
+        ones(2, 6, 8),
+        ones(2, 9, 8),
+        (2, 3, 4),
+    ),
+    (
+        "capsule-activations-batch",
+        lambda: kc.Capsule(3, 4, router="em", return_activations=True),
+        [ones(2, 6, 4), ones(2, 6)],
+        [ones(3, 6, 4), ones(3, 6)],
+        (3, 3, 4),
+    ),
+    (
+        "heinsen-shared-in-caps",
+        lambda: kc.HeinsenCapsule(3, 4, share_weights=True),
+        [ones(2, 6, 4, 4), ones(2, 6)],
+        [ones(2, 9, 4, 4), ones(2, 9)],
+        (2, 3, 4, 4),
+    ),
+    (
+        "primary-grid",
+        lambda: kc.PrimaryCapsule(2, 4, 3),
+        ones(1, 5, 5, 3),
+        ones(2, 7, 7, 3),
+        (2, 50, 4),
+    ),
+    ("attention-n", lambda: kc.CapsuleAttention(2), ones(2, 6, 8), ones(2, 9, 8), (2, 9, 8)),
+    (
+        "class-matrix-grid",
+        lambda: kc.ClassMatrixCapsule(3),
+        [ones(1, 2, 2, 3, 16), ones(1, 2, 2, 3)],
+        [ones(2, 3, 3, 3, 16), ones(2, 3, 3, 3)],
+        (2, 3, 16),
+    ),
+    (
+        "local-grid",
+        lambda: kc.LocalCapsule2D(2, 4, 3),
+        ones(1, 5, 5, 2, 3),
+        ones(2, 7, 7, 2, 3),
+        (2, 7, 7, 2, 4),
+    ),
+    ("length-rank", kc.Length, ones(2, 3, 4), ones(2, 5, 3, 4), (2, 5, 3)),
+    ("squash-rank", kc.Squash, ones(2, 3, 4), ones(2, 5, 3, 4), (2, 5, 3, 4)),
+    ("pruning-n", kc.CapsulePruning, ones(2, 3, 4), ones(2, 6, 4), (2, 6, 4)),
+]
+
+
+@pytest.mark.parametrize(
+    "make, first, other, expected",
+    [c[1:] for c in STILL_ACCEPTED],
+    ids=[c[0] for c in STILL_ACCEPTED],
+)
+def test_a_built_layer_still_takes_the_sizes_it_allows(make, first, other, expected):
+    layer = make()
+    layer(first)
+    outputs = keras.tree.flatten(layer(other))
+    assert tuple(outputs[0].shape) == expected
+
+
+def test_a_built_capsule_layer_still_takes_a_mask():
+    layer = kc.Capsule(3, 4)
+    layer(ones(2, 6, 8))
+    mask = np.array([[True] * 6, [True] * 3 + [False] * 3])
+    poses = keras.ops.convert_to_numpy(layer(ones(2, 6, 8), mask=mask))
+    assert poses.shape == (2, 3, 4) and np.isfinite(poses).all()
+    # The dropped children take no part: the second sample's parents differ.
+    assert not np.allclose(poses[0], poses[1])
 
 
 # Values from hyperparameter sweeps arrive as NumPy numbers (item 10).

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.initializers import householder_initializer, transform_initializer
+from keras_capsules.layers._children_spec import children_spec
 from keras_capsules.layers.base_routed_capsule import (
     RoutedCapsule,
     masked_children,
@@ -167,6 +168,8 @@ class Capsule(RoutedCapsule):
                 f"share_weights=True. Received: poses.shape={tuple(poses_shape)}"
             )
         check_activations_shape("Capsule", "poses", poses_shape, activations_shape)
+        # A built layer refuses other sizes (and in_caps unless shared) when called.
+        self.input_spec = children_spec(poses_shape, activations_shape, self.share_weights)
         self.in_dim = in_dim
         prefix = (self.num_capsules,) if self.share_weights else (in_caps, self.num_capsules)
         if self.orthogonal:

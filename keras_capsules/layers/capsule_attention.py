@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.ops import compute_dtype_for, masked_softmax, squash, top_k_softmax
-from keras_capsules.validation import boolean, positive_int
+from keras_capsules.validation import boolean, built_input_spec, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -105,6 +105,8 @@ class CapsuleAttention(keras.layers.Layer):
             raise ValueError(
                 f"`top_k` must be at most the number of capsules {n}. Received: top_k={self.top_k}"
             )
+        # A built layer refuses another dim (and rank) when called; n may change.
+        self.input_spec = built_input_spec(input_shape, (-1,))
         # Not autocast: the attention runs in float32 (`call`), so the
         # kernels are read in float32, not rounded to float16 first.
         for name in ("query_kernel", "key_kernel"):

@@ -58,6 +58,9 @@ class CapsulePruning(keras.layers.Layer):
                 "CapsulePruning expects capsules of shape (batch, n, dim). "
                 f"Received: input_shape={tuple(input_shape)}"
             )
+        # Any (batch, n, dim) later (the layer has no weights); other ranks
+        # are refused when called.
+        self.input_spec = keras.layers.InputSpec(ndim=3)
 
     def call(self, inputs):
         x = ops.cast(inputs, compute_dtype_for(inputs.dtype))

@@ -13,7 +13,7 @@ from keras_capsules.layers._matrix_pose import (
 )
 from keras_capsules.layers.base_routed_capsule import RoutedCapsule
 from keras_capsules.ops import compute_dtype_for
-from keras_capsules.validation import boolean
+from keras_capsules.validation import boolean, built_input_spec
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -90,12 +90,18 @@ class ClassMatrixCapsule(RoutedCapsule):
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
 
     def build(self, input_shape):
-        poses_shape, _ = check_matrix_inputs(self.__class__.__name__, input_shape)
+        poses_shape, activations_shape = check_matrix_inputs(self.__class__.__name__, input_shape)
         if any(n is None for n in poses_shape[1:4]):
             raise ValueError(
                 "ClassMatrixCapsule needs a known grid and types. "
                 f"Received: poses.shape={poses_shape}"
             )
+        # A built layer refuses other types (and ranks) when called; the
+        # grid may change (the coordinates are those of the grid received).
+        self.input_spec = [
+            built_input_spec(poses_shape, (-2, -1)),
+            built_input_spec(activations_shape, (-1,)),
+        ]
         height, width, types = poses_shape[1:4]
         in_caps = height * width * types
         self.kernel = self.add_weight(

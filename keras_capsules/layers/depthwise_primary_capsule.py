@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.ops import efficient_squash
-from keras_capsules.validation import positive_int
+from keras_capsules.validation import built_input_spec, positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -80,6 +80,8 @@ class DepthwisePrimaryCapsule(keras.layers.Layer):
                 "DepthwisePrimaryCapsule expects a known (height, width, "
                 f"{channels}) feature map. Received: input_shape={tuple(input_shape)}"
             )
+        # The kernel covers the grid: a built layer refuses other sizes.
+        self.input_spec = built_input_spec(input_shape, (1, 2, -1))
         self.kernel = self.add_weight(
             name="kernel",
             shape=tuple(input_shape[1:]),

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules.layers._children_spec import children_spec
 from keras_capsules.layers.base_routed_capsule import RoutedCapsule, split_capsule_inputs
 from keras_capsules.ops import compute_dtype_for
 from keras_capsules.validation import boolean, check_activations_shape, positive_int
@@ -121,6 +122,8 @@ class HeinsenCapsule(RoutedCapsule):
                 f"Received: poses.shape={poses_shape}"
             )
         check_activations_shape("HeinsenCapsule", "poses", poses_shape, scores_shape)
+        # A built layer refuses other sizes when called.
+        self.input_spec = children_spec(poses_shape, scores_shape, self.share_weights)
         prefix = (self.num_capsules,) if self.share_weights else (in_caps, self.num_capsules)
         initializer = self.kernel_initializer or keras.initializers.RandomNormal(stddev=1.0 / d_inp)
         self.kernel = self.add_weight(

@@ -48,6 +48,9 @@ class Length(keras.layers.Layer):
                 "Length expects capsules of shape (batch, ..., dim). "
                 f"Received: input_shape={tuple(input_shape)}"
             )
+        # Any capsules of rank >= 2 later (the layer has no weights); the
+        # batch axis alone is refused when called.
+        self.input_spec = keras.layers.InputSpec(min_ndim=2)
 
     def call(self, inputs):
         return safe_norm(inputs, axis=-1, epsilon=self.epsilon)

@@ -16,7 +16,7 @@ from keras_capsules.conv import IMPLEMENTATIONS, resolve_implementation
 from keras_capsules.initializers import transform_initializer
 from keras_capsules.layers.base_routed_capsule import RoutedCapsule
 from keras_capsules.ops import compute_dtype_for
-from keras_capsules.validation import boolean, int_tuple, one_of, positive_int
+from keras_capsules.validation import boolean, built_input_spec, int_tuple, one_of, positive_int
 from keras_capsules.xla_hint import XlaHinted
 
 
@@ -76,6 +76,8 @@ class LocalCapsuleBase(XlaHinted, RoutedCapsule):
     def build(self, input_shape):
         _, height, width, types, in_dim = self._check_poses(input_shape)
         self._out_grid((height, width))  # checks the kernel fits
+        # A built layer refuses other types and dims (and ranks) when called.
+        self.input_spec = built_input_spec(input_shape, (-2, -1))
         out_channels = self.num_capsules * self.capsule_dim
         initializer = self.kernel_initializer
         if initializer is None:

@@ -70,6 +70,11 @@ class Squash(keras.layers.Layer):
                 "Squash needs an axis of the capsules that is not the batch axis. "
                 f"Received: axis={self.axis} for input_shape={tuple(input_shape)}"
             )
+        # Any shape later (the layer has no weights) with the axis and a
+        # batch axis before it; fewer axes are refused when called.
+        self.input_spec = keras.layers.InputSpec(
+            min_ndim=self.axis + 1 if self.axis > 0 else 1 - self.axis
+        )
 
     def call(self, inputs):
         return VARIANTS[self.variant](inputs, axis=self.axis, epsilon=self.epsilon)
