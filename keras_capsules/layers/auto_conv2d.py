@@ -100,7 +100,9 @@ class AutoConv2D(XlaHinted, keras.layers.Conv2D):
         implementation = resolve_implementation(
             self.implementation, self.strides, inputs, xla=self.xla
         )
-        if implementation != "conv" and not self._matmul_supported():
+        # The other forms need the sizes, unknown where `predict` is traced
+        # with `None` sizes (TensorFlow, on images of another size).
+        if not self._matmul_supported() or None in tuple(inputs.shape[1:3]):
             implementation = "conv"
         if implementation == "conv":
             return super().convolution_op(inputs, kernel)

@@ -97,12 +97,18 @@ class PrimaryConvolution(XlaHinted, keras.layers.Layer):
         )
 
     def _conv(self, inputs, kernel, bias):
+        # Sizes unknown when traced (TensorFlow retraces `predict` on images
+        # of another size with `None` sizes): the native convolution, the one
+        # form that needs none of them (the same numbers).
+        unknown = None in tuple(inputs.shape[1 : 1 + self.rank])
         if self.rank == 3:
             implementation = resolve_implementation_3d(self.implementation, xla=self.xla)
+            implementation = "conv" if unknown else implementation
             return conv3d(inputs, kernel, self.strides, self.padding, implementation) + bias
         implementation = resolve_implementation(
             self.implementation, self.strides, inputs, xla=self.xla
         )
+        implementation = "conv" if unknown else implementation
         return conv2d(inputs, kernel, self.strides, self.padding, implementation) + bias
 
     def get_config(self):

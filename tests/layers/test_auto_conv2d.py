@@ -75,3 +75,17 @@ def test_implementation_is_a_speed_option_not_saved(tmp_path):
     loaded = keras.saving.load_model(path, safe_mode=True)
     assert loaded.layers[1].implementation == "auto"
     np.testing.assert_allclose(to_numpy(loaded(IMAGES)), to_numpy(model(IMAGES)), atol=1e-5)
+
+
+@pytest.mark.parametrize("implementation", ["auto", "matmul", "space_to_depth"])
+def test_predicts_images_of_any_size(implementation):
+    # As PrimaryCapsule: `None` sizes when traced take the native convolution.
+    images = keras.Input((None, None, 2))
+    model = keras.Model(images, AutoConv2D(3, 3, strides=2, implementation=implementation)(images))
+    rng = np.random.default_rng(0)
+    for size in (7, 10):
+        x = rng.normal(size=(2, size, size, 2)).astype("float32")
+        out = (size - 3) // 2 + 1
+        predicted = model.predict(x, verbose=0)
+        assert predicted.shape == (2, out, out, 3)
+        np.testing.assert_allclose(predicted, to_numpy(model(x)), rtol=1e-5, atol=1e-6)

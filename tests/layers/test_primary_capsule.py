@@ -62,3 +62,20 @@ class TestPrimaryCapsule(LayerTestCase):
     def test_kernel_larger_than_grid(self):
         with pytest.raises(ValueError, match="kernel_size"):
             PrimaryCapsule(2, 4, 11)(keras.Input((9, 9, 3)))
+
+
+@pytest.mark.parametrize("implementation", ["auto", "matmul", "space_to_depth"])
+def test_predicts_images_of_any_size(implementation):
+    # TensorFlow traces `predict` on images of a second size with `None`
+    # sizes, which only the native convolution takes: every form falls back
+    # to it there, with the same numbers.
+    images = keras.Input((None, None, 3))
+    x = keras.layers.Conv2D(4, 3, strides=2)(images)  # unknown sizes downstream too
+    capsules = PrimaryCapsule(2, 4, 3, strides=2, implementation=implementation)(x)
+    model = keras.Model(images, capsules)
+    rng = np.random.default_rng(0)
+    for size, caps in ((11, 2 * 2 * 2), (15, 3 * 3 * 2)):
+        x = rng.normal(size=(2, size, size, 3)).astype("float32")
+        predicted = model.predict(x, verbose=0)
+        assert predicted.shape == (2, caps, 4)
+        np.testing.assert_allclose(predicted, to_numpy(model(x)), rtol=1e-5, atol=1e-6)
