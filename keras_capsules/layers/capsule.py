@@ -13,6 +13,14 @@ from keras_capsules.layers.base_routed_capsule import (
 from keras_capsules.ops import compute_dtype_for, householder_orthogonal
 from keras_capsules.validation import boolean, check_activations_shape, positive_int
 
+# The number of children the shared transforms are drawn for when it is
+# unknown at build; the votes are then scaled per sample by
+# `(REFERENCE_CHILDREN / children) ** router.coherent_children_exponent`. The
+# optimiser's steps on the transforms are the same as for a layer built for
+# this many children: 512 (64 points of 8 capsules) learned clouds and padded
+# token sequences alike, where 16 or 4,096 left one of them at chance.
+REFERENCE_CHILDREN = 512
+
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class Capsule(RoutedCapsule):
@@ -66,6 +74,16 @@ class Capsule(RoutedCapsule):
     default to `glorot_uniform` (orthogonal transforms keep the children's
     lengths).
 
+    Sets and sequences of any size: with `share_weights=True` and
+    `in_caps` unknown at build (`Input((None, dim))`), `W` is drawn for
+    `REFERENCE_CHILDREN = 512` children and each sample's votes are scaled
+    by `(512 / n) ** e`, `n` its present children (the mask's count) and
+    `e` the router's `coherent_children_exponent` (1 for routers whose
+    parents sum the votes, 0 for those that average them), so the parents
+    start near the squash's knee whatever the size of the set
+    (`scale_unknown_children=False` leaves the votes as they are: files
+    saved before 0.3.0 load that way).
+
     With `orthogonal=True` (OrthCaps) each transform is the top-left
     `in_dim x capsule_dim` block of a product of `n = max(in_dim,
     capsule_dim)` Householder reflections `I - 2 v v^T / (v^T v)` with
@@ -91,6 +109,9 @@ class Capsule(RoutedCapsule):
             with `orthogonal=True`), or `None`.
         kernel_constraint: constraint on `W` (on the Householder vectors
             with `orthogonal=True`), or `None`.
+        scale_unknown_children: bool, scale the votes of shared transforms
+            per sample by the number of children when that number is
+            unknown at build (see "Sets and sequences of any size").
         **kwargs: base layer arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -143,9 +164,11 @@ class Capsule(RoutedCapsule):
         kernel_initializer=None,
         kernel_regularizer=None,
         kernel_constraint=None,
+        scale_unknown_children=True,
         **kwargs,
     ):
         super().__init__(num_capsules, router, **kwargs)
+        self.scale_unknown_children = boolean(scale_unknown_children, "scale_unknown_children")
         self.capsule_dim = positive_int(capsule_dim, "capsule_dim")
         self.share_weights = boolean(share_weights, "share_weights")
         self.orthogonal = boolean(orthogonal, "orthogonal")
@@ -171,6 +194,7 @@ class Capsule(RoutedCapsule):
         # A built layer refuses other sizes (and in_caps unless shared) when called.
         self.input_spec = children_spec(poses_shape, activations_shape, self.share_weights)
         self.in_dim = in_dim
+        self.scales_votes = self._scales_votes(in_caps)
         prefix = (self.num_capsules,) if self.share_weights else (in_caps, self.num_capsules)
         if self.orthogonal:
             n = max(in_dim, self.capsule_dim)
@@ -187,7 +211,10 @@ class Capsule(RoutedCapsule):
             # One transform for all children: their votes are as alike as
             # they are (see `Router.vote_stddev`).
             vote_stddev = self.router.vote_stddev(
-                in_caps, self.num_capsules, self.capsule_dim, coherent=self.share_weights
+                REFERENCE_CHILDREN if self.scales_votes else in_caps,
+                self.num_capsules,
+                self.capsule_dim,
+                coherent=self.share_weights,
             )
             self.kernel = self.add_weight(
                 name="kernel",
@@ -208,8 +235,11 @@ class Capsule(RoutedCapsule):
             poses, activations = masked_children(
                 poses, activations, mask, self.router.logit_activations
             )
+        votes = self.votes(poses)
+        if self.scales_votes:
+            votes = votes * self.children_scale(votes, mask)
         poses, activations, *coefficients = self.route(
-            self.votes(poses), activations, return_coefficients=return_coefficients
+            votes, activations, return_coefficients=return_coefficients
         )
         outputs = (poses, activations) if self.return_activations else poses
         return (outputs, coefficients[0]) if return_coefficients else outputs
@@ -223,6 +253,25 @@ class Capsule(RoutedCapsule):
         equation = "bid,jde->bije" if self.share_weights else "bid,ijde->bije"
         dtype = compute_dtype_for(self.compute_dtype)
         return ops.einsum(equation, ops.cast(poses, dtype), ops.cast(self.transforms(), dtype))
+
+    def _scales_votes(self, in_caps):
+        return bool(
+            self.share_weights
+            and in_caps is None
+            and self.scale_unknown_children
+            and self.router.coherent_children_exponent
+        )
+
+    def children_scale(self, votes, mask=None):
+        """`(REFERENCE_CHILDREN / n) ** router.coherent_children_exponent`
+        per sample, `n` its present children (all of them without a mask):
+        the factor on the votes of shared transforms whose number of
+        children was unknown at build (see `scale_unknown_children`)."""
+        n = ops.cast(ops.shape(votes)[1], votes.dtype)
+        if mask is not None:
+            n = ops.sum(ops.cast(mask, votes.dtype), axis=1)[:, None, None, None]
+        scale = float(REFERENCE_CHILDREN) / ops.maximum(n, 1.0)
+        return scale**self.router.coherent_children_exponent
 
     def transforms(self):
         """The transforms `W`, `(in_caps, num_capsules, in_dim, capsule_dim)`
@@ -246,6 +295,11 @@ class Capsule(RoutedCapsule):
         poses = (batch, self.num_capsules, self.capsule_dim)
         return (poses, (batch, self.num_capsules)) if self.return_activations else poses
 
+    @classmethod
+    def from_config(cls, config):
+        # Files saved before 0.3.0 summed unscaled votes: they keep their numbers.
+        return super().from_config({"scale_unknown_children": False, **config})
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -253,6 +307,7 @@ class Capsule(RoutedCapsule):
             share_weights=self.share_weights,
             orthogonal=self.orthogonal,
             return_activations=self.return_activations,
+            scale_unknown_children=self.scale_unknown_children,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
             kernel_constraint=keras.constraints.serialize(self.kernel_constraint),
