@@ -877,19 +877,39 @@ def _tokens(**changes):
 
 SEQUENCE_CASES = [
     (
-        "sequence-call-missing-input",
+        "sequence-missing-input",
         _tokens(segment_ids=None),
-        r'Missing data for input "segment_ids"',
+        r"expects inputs: a dict with the keys \['padding_mask', 'segment_ids', "
+        r"'token_ids'\]\. Received: (inputs|x)\.keys\(\)=\['padding_mask', 'token_ids'\]",
     ),
-    ("sequence-call-not-a-dict", np.full((2, 8), 4, "int32"), r"expects 3 named input\(s\)"),
     (
-        "sequence-call-rank-1",
+        "sequence-not-a-dict",
+        np.full((2, 8), 4, "int32"),
+        r"expects inputs: a dict with the keys .*Received: (inputs|x)\.shape=\(2, 8\)",
+    ),
+    (
+        "sequence-rank-1",
         _tokens(
             token_ids=np.full((2,), 4, "int32"),
             segment_ids=np.zeros((2,), "int32"),
             padding_mask=np.ones((2,), bool),
         ),
-        r"Invalid input shape for input .*Expected shape \(None, None\)",
+        r"expects 'token_ids' of shape \(batch, n\) with n >= 1\. "
+        r"Received: (inputs|x)\['token_ids'\]\.shape=\(2,\)",
+    ),
+    (
+        "sequence-rank-3",
+        _tokens(token_ids=np.full((2, 8, 1), 4, "int32")),
+        r"Received: (inputs|x)\['token_ids'\]\.shape=\(2, 8, 1\)",
+    ),
+    (
+        "sequence-no-tokens",
+        _tokens(
+            token_ids=np.zeros((2, 0), "int32"),
+            segment_ids=np.zeros((2, 0), "int32"),
+            padding_mask=np.ones((2, 0), bool),
+        ),
+        r"with n >= 1\. Received: (inputs|x)\['\w+'\]\.shape=\(2, 0\)",
     ),
 ]
 
@@ -907,3 +927,7 @@ def test_bad_inputs_to_the_sequence_classifier_are_refused(x, pattern, monkeypat
         _forbid_ops(patch)
         with pytest.raises(ValueError, match=pattern):
             model(x)
+        with pytest.raises(ValueError, match=pattern):
+            model.predict(x, verbose=0)
+    # Refused before Keras traced a step: the model still predicts.
+    assert model.predict(_tokens(), verbose=0).shape == (2, 2)

@@ -8,7 +8,7 @@ from keras import ops
 
 from keras_capsules.layers.vector_routing import VectorRouting
 from keras_capsules.models import presets
-from keras_capsules.models.capsule_task import CapsuleTask
+from keras_capsules.models.capsule_task import CapsuleTask, sample_shape
 from keras_capsules.validation import boolean, positive_int
 
 _HIDDEN_STATES = ("all", "last")
@@ -19,8 +19,8 @@ def _keras_hub():
         return importlib.import_module("keras_hub")
     except ImportError as error:
         raise ImportError(
-            "Preset names need keras-hub: `pip install keras-capsules[hub]` "
-            "(or `pip install keras-hub`)."
+            "Preset names need keras-hub: `pip install keras-hub` (in a checkout "
+            'of keras-capsules: `pip install -e ".[hub]"`).'
         ) from error
 
 
@@ -190,6 +190,13 @@ class CapsuleSequenceClassifier(CapsuleTask):
                 f"or your own). Received: backbone={backbone!r}"
             )
         self.backbone = backbone
+        # The backbone's inputs, checked before a step and a call: one
+        # shape, or a dict of shapes for keras-hub's text backbones.
+        inputs = backbone.input
+        if isinstance(inputs, dict):
+            self.sample_shape = sample_shape({k: tuple(t.shape[1:]) for k, t in inputs.items()})
+        elif not isinstance(inputs, (list, tuple)):
+            self.sample_shape = sample_shape(tuple(inputs.shape[1:]))
         if isinstance(hidden_states, str) and hidden_states not in _HIDDEN_STATES:
             raise ValueError(
                 "`hidden_states` must be 'all', 'last' or a list of layer names. "
@@ -252,6 +259,7 @@ class CapsuleSequenceClassifier(CapsuleTask):
         self.built = True
 
     def scores_and_poses(self, inputs, training=None):
+        self.check_inputs(inputs, "inputs")
         hidden = self.hidden_state_model(inputs, training=training)
         hidden = hidden if isinstance(hidden, (list, tuple)) else [hidden]
         # The backbone keeps its own dtype policy; the head computes in its own.

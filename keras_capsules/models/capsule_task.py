@@ -172,7 +172,7 @@ class CapsuleTask(keras.Model):
 
     def __init__(self, input_shape=None, num_classes=None, labels_per_image=1, **kwargs):
         super().__init__(**kwargs)
-        self.sample_shape = None if input_shape is None else _sample_shape(input_shape)
+        self.sample_shape = None if input_shape is None else sample_shape(input_shape)
         self.num_classes = None if num_classes is None else positive_int(num_classes, "num_classes")
         if self.num_classes is not None and self.num_classes < self.min_classes:
             raise ValueError(
@@ -484,11 +484,11 @@ def _check_shape(model, what, sample_shape, x, name):
         )
 
 
-def _sample_shape(shape):
+def sample_shape(shape):
     """`input_shape` as a tuple of positive ints and `None`s, at least one
     axis; a dict of them for named inputs."""
     if isinstance(shape, dict) and shape and all(isinstance(k, str) for k in shape):
-        return {key: _sample_shape(value) for key, value in shape.items()}
+        return {key: sample_shape(value) for key, value in shape.items()}
     values = tuple(shape) if isinstance(shape, (list, tuple)) else None
     if not values or not all(
         v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1) for v in values
