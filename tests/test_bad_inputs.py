@@ -259,6 +259,16 @@ CASES = [
     ),
     ("capsule-poses-rank", call(lambda: kc.Capsule(3, 8), ones(2, 6)), ["poses.shape=(2, 6)"]),
     (
+        "capsule-no-children",
+        call(lambda: kc.Capsule(3, 8), ones(2, 0, 4)),
+        ["at least one child capsule", "poses.shape=(2, 0, 4)"],
+    ),
+    (
+        "capsule-no-pose-dimension",
+        call(lambda: kc.Capsule(3, 8), ones(2, 6, 0)),
+        ["at least one pose dimension", "poses.shape=(2, 6, 0)"],
+    ),
+    (
         "capsule-built-activations",
         call_built(
             lambda: kc.Capsule(3, 4, router=kc.EMRouting()),

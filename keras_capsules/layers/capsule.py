@@ -11,7 +11,12 @@ from keras_capsules.layers.base_routed_capsule import (
     split_capsule_inputs,
 )
 from keras_capsules.ops import compute_dtype_for, householder_orthogonal
-from keras_capsules.validation import boolean, check_activations_shape, positive_int
+from keras_capsules.validation import (
+    boolean,
+    check_activations_shape,
+    non_empty,
+    positive_int,
+)
 
 # The number of children the shared transforms are drawn for when it is
 # unknown at build; the votes are then scaled per sample by
@@ -191,6 +196,9 @@ class Capsule(RoutedCapsule):
                 f"share_weights=True. Received: poses.shape={tuple(poses_shape)}"
             )
         check_activations_shape("Capsule", "poses", poses_shape, activations_shape)
+        # Zero children divide by zero in the transforms' scale; zero
+        # dimensions give votes of nothing.
+        non_empty("Capsule", "poses", poses_shape, (1, 2), ("child capsule", "pose dimension"))
         # A built layer refuses other sizes (and in_caps unless shared) when called.
         self.input_spec = children_spec(poses_shape, activations_shape, self.share_weights)
         self.in_dim = in_dim
