@@ -110,8 +110,8 @@ def _unavailable(name, split, data_dir, error):
         return DatasetUnavailableError(
             f"TFDS dataset {name!r} cannot be loaded: the Python module {module!r} that "
             f"tensorflow-datasets needs is not installed ({type(missing).__name__}: "
-            f"{missing}). Install it with `pip install {package}` (or reinstall with "
-            '`pip install "keras-capsules[tfds]"`).',
+            f"{missing}). Install it with `pip install {package}` (or, in a checkout of "
+            'keras-capsules, `pip install -e ".[tfds]"`).',
             "missing_module",
         )
     if any(_is_network_error(e) for e in causes):
