@@ -106,13 +106,15 @@ class QuaternionRouting(Router):
         agreement = 1.0 - ops.transpose(
             quaternion.angular_distance(poses[:, :, None], parent_major), (0, 2, 1)
         )
-        voting = ops.cast(c > 0, votes.dtype)
+        # NaN votes count as voting: their parent's activation is NaN, not
+        # 0 (`c > 0` is False for NaN; compilers fold NaN * 0 and not(<=)).
+        voting = ops.cast(ops.logical_or(c > 0, ops.isnan(c)), votes.dtype)
         count = ops.sum(voting, axis=1)
         mean_agreement = ops.sum(c * agreement, axis=1) / ops.maximum(count, 1.0)
         alpha = ops.cast(self.alpha, votes.dtype)
         beta = ops.cast(self.beta, votes.dtype)
         out_activations = ops.sigmoid(alpha * mean_agreement + beta - 1.0)
-        out_activations = out_activations * ops.cast(count > 0, votes.dtype)
+        out_activations = ops.where(count > 0, out_activations, ops.zeros_like(out_activations))
         return poses, out_activations, weights
 
     def get_config(self):
