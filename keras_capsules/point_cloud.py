@@ -5,7 +5,7 @@ float32 when the points are float16 or bfloat16."""
 from keras import ops
 
 from keras_capsules.ops import _upcast
-from keras_capsules.quaternion import _cross, _small_eigh
+from keras_capsules.quaternion import _cross
 
 # The squared distance given to the points a mask drops: past any real one.
 _DROPPED_DISTANCE = 1e30
@@ -148,7 +148,7 @@ def local_reference_frames(points, num_neighbors, mask=None):
     valid = ops.logical_and(finite, ops.all(kept_finite, axis=1, keepdims=True))
     identity = ops.eye(3, dtype=covariance.dtype)
     covariance = ops.where(finite[..., None, None], covariance, identity)
-    _, vectors = _small_eigh(covariance)  # ascending eigenvalues
+    _, vectors = ops.eigh(covariance)  # ascending eigenvalues
     e_min, e_max = vectors[..., :, 0], vectors[..., :, 2]
     x = e_max * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_max))[..., None]
     z = e_min * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_min))[..., None]

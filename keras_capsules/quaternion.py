@@ -11,7 +11,6 @@ cast back.
 
 import math
 
-import keras
 from keras import ops
 
 from keras_capsules.ops import _upcast
@@ -165,98 +164,13 @@ def _positive_real(q):
     return ops.where(q[..., :1] < 0, -q, q)
 
 
-# Cyclic Jacobi sweeps of `_small_eigh`: the off-diagonal part shrinks
-# quadratically, to float64 round-off in 5 sweeps for 4x4 matrices (4 for
-# 3x3); one more for margin.
-_SWEEPS = {3: 5, 4: 6}
-
-
-def _small_eigh(matrix):
-    """`keras.ops.eigh` of symmetric 3x3 or 4x4 matrices `(..., n, n)`:
-    ascending eigenvalues `(..., n)` and the eigenvectors as columns.
-
-    Cyclic Jacobi rotations on whole tensors (one entry of every matrix at
-    a time), so that the many small problems of a batch cost a few hundred
-    elementwise operations instead of one LAPACK call each (about 15x
-    faster for 32,768 4x4 matrices under XLA or a `tf.function`). Eager
-    torch, where each of those operations is a dispatch of its own, keeps
-    `keras.ops.eigh`. Repeated eigenvalues get distinct orthonormal
-    eigenvectors, as from `eigh`. No gradient: the callers stop it.
-    """
-    if keras.backend.backend() == "torch":
-        return ops.eigh(matrix)
-    n = matrix.shape[-1]
-    # Scaled to entries of at most 1: no overflow or underflow on the way.
-    scale = ops.max(ops.abs(matrix), axis=(-2, -1))
-    scale = ops.where(scale > 0, scale, ops.ones_like(scale))
-    matrix = matrix / scale[..., None, None]
-    entries = [ops.unstack(row, n, axis=-1) for row in ops.unstack(matrix, n, axis=-2)]
-    one, zero = ops.ones_like(entries[0][0]), ops.zeros_like(entries[0][0])
-    state = (
-        [entries[i][j] for i in range(n) for j in range(n)],
-        [one if i == j else zero for i in range(n) for j in range(n)],
-    )
-
-    def sweep(_, state):
-        a = [list(state[0][i * n : (i + 1) * n]) for i in range(n)]
-        v = [list(state[1][i * n : (i + 1) * n]) for i in range(n)]
-        for p in range(n - 1):
-            for q in range(p + 1, n):
-                # The rotation that zeroes a[p][q] (Golub & Van Loan 8.5.2).
-                apq = a[p][q]
-                d = a[q][q] - a[p][p]
-                denominator = ops.abs(d) + ops.sqrt(d * d + 4.0 * apq * apq)
-                nonzero = denominator > 0
-                ones = ops.ones_like(d)
-                sign = ops.where(d < 0, -ones, ones)
-                t = ops.where(
-                    nonzero,
-                    2.0 * apq * sign / ops.where(nonzero, denominator, ones),
-                    ops.zeros_like(d),
-                )
-                c = 1.0 / ops.sqrt(t * t + 1.0)
-                s = t * c
-                tau = s / (1.0 + c)
-                for r in range(n):
-                    if r != p and r != q:
-                        arp, arq = a[r][p], a[r][q]
-                        a[r][p] = a[p][r] = arp - s * (arq + tau * arp)
-                        a[r][q] = a[q][r] = arq + s * (arp - tau * arq)
-                a[p][p], a[q][q] = a[p][p] - t * apq, a[q][q] + t * apq
-                a[p][q] = a[q][p] = ops.zeros_like(apq)
-                for r in range(n):
-                    vrp, vrq = v[r][p], v[r][q]
-                    v[r][p] = vrp - s * (vrq + tau * vrp)
-                    v[r][q] = vrq + s * (vrp - tau * vrq)
-        return ([x for row in a for x in row], [x for row in v for x in row])
-
-    a, v = ops.fori_loop(0, _SWEEPS[n], sweep, state)
-    values = ops.stack([a[i * n + i] for i in range(n)], axis=-1)
-    vectors = ops.reshape(ops.stack(v, axis=-1), ops.shape(matrix))
-    # Ascending order; ties keep their index order (distinct ranks).
-    ranks = []
-    for i in range(n):
-        rank = zero
-        for j in range(n):
-            if j != i:
-                below = values[..., j] < values[..., i]
-                if j < i:
-                    below = ops.logical_or(below, values[..., j] == values[..., i])
-                rank = rank + ops.cast(below, matrix.dtype)
-        ranks.append(rank)
-    permutation = ops.one_hot(ops.cast(ops.stack(ranks, axis=-1), "int32"), n, dtype=matrix.dtype)
-    values = ops.einsum("...i,...ir->...r", values, permutation) * scale[..., None]
-    vectors = ops.einsum("...ki,...ir->...kr", vectors, permutation)
-    return values, vectors
-
-
 def weighted_mean(q, weights):
     """The weighted mean rotation of quaternions `q (..., n, 4)`.
 
     The quaternion of largest `sum_i weights_i (q_i . m)^2` over unit `m`:
     the eigenvector of the largest eigenvalue of the scatter matrix
-    `M = sum_i weights_i q_i q_i^T` (Markley et al., 2007), from Jacobi
-    rotations (`keras.ops.eigh` on torch). It does not depend on the signs of the `q_i`, and it
+    `M = sum_i weights_i q_i q_i^T` (Markley et al., 2007), from
+    `keras.ops.eigh`. It does not depend on the signs of the `q_i`, and it
     rotates with them: `weighted_mean(r q, w) = r weighted_mean(q, w)` (up
     to sign) for any unit `r`. Returned with `w >= 0`; zero weights give
     the identity; NaN or Inf quaternions or weights give NaN (for their
@@ -295,7 +209,7 @@ def weighted_mean(q, weights):
     # in its place, and its mean comes out NaN.
     finite = ops.all(ops.isfinite(scatter), axis=(-2, -1))[..., None]
     fixed = ops.where(finite[..., None], ops.stop_gradient(scatter), ops.eye(4, dtype=q.dtype))
-    values, vectors = _small_eigh(fixed)  # ascending eigenvalues: the last column
+    values, vectors = ops.eigh(fixed)  # ascending eigenvalues: the last column
     top = vectors[..., :, -1]
     gaps = values[..., -1:] - values
     tie = _TIE * ops.maximum(values[..., -1:], 1e-30)
