@@ -203,7 +203,8 @@ def weighted_mean(q, weights):
     """
     q, original = _upcast(q)
     weights = ops.cast(weights, q.dtype)
-    scatter = ops.einsum("...n,...ni,...nj->...ij", weights, q, q)
+    # Matmuls, not einsums: TensorFlow's einsum of this layout is 8x slower.
+    scatter = ops.matmul(ops.swapaxes(q * weights[..., None], -1, -2), q)
     # A non-finite scatter (NaN or Inf quaternions or weights) would make
     # `eigh` fail for the whole batch on some backends: the identity goes
     # in its place, and its mean comes out NaN.
@@ -215,10 +216,9 @@ def weighted_mean(q, weights):
     tie = _TIE * ops.maximum(values[..., -1:], 1e-30)
     inverse_gaps = ops.where(gaps > tie, 1.0 / ops.where(gaps > tie, gaps, 1.0), 0.0)
     # Zero in value, the first-order change of `top` in gradient.
-    change = ops.einsum("...ij,...j->...i", scatter - fixed, top)
-    top = top + ops.einsum(
-        "...ik,...k->...i", vectors, inverse_gaps * ops.einsum("...ik,...i->...k", vectors, change)
-    )
+    change = ops.matmul(scatter - fixed, top[..., None])
+    along = inverse_gaps[..., None] * ops.matmul(ops.swapaxes(vectors, -1, -2), change)
+    top = top + ops.matmul(vectors, along)[..., 0]
     identity = ops.convert_to_tensor([1.0, 0.0, 0.0, 0.0], dtype=q.dtype)
     empty = values[..., -1:] <= 0
     mean = _positive_real(ops.where(empty, identity, top))
