@@ -5,6 +5,7 @@ output, the XLA hint, presets and export."""
 import contextlib
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_capsules.labels import check_class_ids, class_targets
@@ -469,7 +470,8 @@ def _check_shape(model, what, sample_shape, x, name):
     shape = getattr(x, "shape", None)
     if shape is None:
         return
-    shape = tuple(None if n is None else int(n) for n in shape)
+    # A symbolic size (JAX's export, `batch`) is not checked: only known ones.
+    shape = tuple(int(n) if isinstance(n, (int, np.integer)) else None for n in shape)
     expected = (None, *sample_shape)
     if (
         len(shape) != len(expected)

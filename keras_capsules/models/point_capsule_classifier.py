@@ -45,8 +45,11 @@ class PointCapsuleClassifier(CapsuleTask):
     `return_poses=True` also gives the class capsules' poses (the latent
     capsules with the linear head); a saved model comes back compiled and
     resumes training on any backend. The autoencoder is saved inside the
-    `.keras` file. Trained end to end, Keras warns that the autoencoder's
-    decoder gets no gradients: classification does not use it.
+    `.keras` file. Classification reads the autoencoder's encoder only:
+    the decoder's weights are not the classifier's (`weights`,
+    `trainable_weights` and `count_params()` leave them out, so the
+    optimizer neither holds state for them nor warns that they get no
+    gradients); they stay the autoencoder's, saved with it.
 
     Args:
         autoencoder: a `models.PointCapsNet` (trained, loaded with its
@@ -144,6 +147,18 @@ class PointCapsuleClassifier(CapsuleTask):
 
     def compute_output_shape(self, points_shape):
         return (points_shape[0], self.num_classes)
+
+    @property
+    def variables(self):
+        return self._without_decoder(super().variables)
+
+    @property
+    def weights(self):
+        return self._without_decoder(super().weights)
+
+    def _without_decoder(self, variables):
+        decoder = {id(v) for v in self.autoencoder.decoder.weights}
+        return [v for v in variables if id(v) not in decoder]
 
     @property
     def default_learning_rate(self):
