@@ -11,6 +11,7 @@ from keras import ops
 from keras_capsules.labels import check_class_ids, class_targets
 from keras_capsules.metrics import LabelSetAccuracy
 from keras_capsules.models import presets
+from keras_capsules.models.export import check_export, export_errors
 from keras_capsules.models.xla import xla_compile_kwargs
 from keras_capsules.saving import portable_optimizer_config
 from keras_capsules.validation import positive_int
@@ -370,14 +371,19 @@ class CapsuleTask(keras.Model):
         """`keras.Model.export`, with the inputs' signature `(None,
         *input_shape)` when `input_signature` is `None`: Keras infers a
         subclassed model's signature from an eager call, which `predict` on
-        JAX does not make, so a model that has only predicted exports too."""
+        JAX does not make, so a model that has only predicted exports too.
+        A converter the backend needs for `format` and does not have is
+        named, with its install line, before Keras starts
+        (`keras_capsules.models.export.check_export`)."""
         if input_signature is None and self.built and isinstance(self.sample_shape, tuple):
             input_signature = [
                 keras.InputSpec(shape=(None, *self.sample_shape), dtype=self.input_dtype)
             ]
-        return super().export(
-            filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs
-        )
+        check_export(format)  # a missing converter named before Keras starts
+        with export_errors(format):
+            return super().export(
+                filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs
+            )
 
     # Compiling.
 

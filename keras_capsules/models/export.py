@@ -78,9 +78,9 @@ def check_export(format, backend=None):
     raise ImportError(
         f"Exporting to {format} on the {backend} backend needs "
         f"{' and '.join(REQUIREMENTS[backend, format])}; not installed: "
-        f"{', '.join(missing)}. Install with `pip install {' '.join(missing)}`, or "
-        'install keras-capsules with its "export" extra (which also brings the '
-        "runtimes that serve the files: onnxruntime, ai-edge-litert)."
+        f"{', '.join(missing)}. Install with `pip install {' '.join(missing)}`, or, "
+        'in a checkout of keras-capsules, `pip install -e ".[export]"` (which also '
+        "brings the runtimes that serve the files: onnxruntime, ai-edge-litert)."
     )
 
 

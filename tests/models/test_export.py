@@ -33,7 +33,7 @@ def test_a_missing_converter_is_named_with_its_install_line(monkeypatch, backend
     with pytest.raises(ImportError) as info:
         export.check_export("onnx", backend)
     message = str(info.value)
-    for part in [*words, f"pip install {' '.join(missing)}", '"export" extra']:
+    for part in [*words, f"pip install {' '.join(missing)}", 'pip install -e ".[export]"']:
         assert part in message, (part, message)
 
 
@@ -78,3 +78,16 @@ def test_a_dynamic_batch_saved_model_on_torch_names_the_fix(tmp_path):
     for part in ["fixed input shape", "input_signature=[keras.InputSpec(", 'format="onnx"']:
         assert part in message, (part, message)
     assert "dynamic_shapes" in str(info.value.__cause__)
+
+
+def test_a_ready_model_checks_before_keras_exports(monkeypatch, tmp_path):
+    # CapsuleTask.export runs check_export first: with the converter of the
+    # format missing, the error names it before Keras starts writing.
+    missing = {"tensorflow": "tf2onnx", "jax": "jax2onnx", "torch": "onnx"}[BACKEND]
+    without(monkeypatch, missing)
+    model = kc.models.PointCapsNet(
+        num_points=16, primary_capsules=8, primary_dim=4, latent_capsules=4, latent_dim=4
+    )
+    with pytest.raises(ImportError, match=f"not installed: {missing}"):
+        model.export(tmp_path / "m.onnx", format="onnx")
+    assert not (tmp_path / "m.onnx").exists()
