@@ -21,8 +21,8 @@ __version__ = "0.3.0"
 
 from keras_capsules import (
     callbacks,
-    diagnostics,
     convert,
+    diagnostics,
     initializers,
     labels,
     layers,
