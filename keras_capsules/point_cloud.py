@@ -114,7 +114,8 @@ def local_reference_frames(points, num_neighbors, mask=None):
         num_neighbors: int, the size of the neighbourhood, `>= 3`.
         mask: optional booleans `(batch, n)`, `True` = keep: the frames are
             made from kept points only (a dropped point gets a frame too,
-            from its kept neighbours).
+            from its kept neighbours, around its own coordinates: NaN if
+            those are not finite; no kept point's frame uses it).
 
     Returns:
         rotation matrices `(batch, n, 3, 3)`, the axes `x, y, z` as columns.

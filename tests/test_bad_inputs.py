@@ -259,6 +259,21 @@ CASES = [
     ),
     ("capsule-poses-rank", call(lambda: kc.Capsule(3, 8), ones(2, 6)), ["poses.shape=(2, 6)"]),
     (
+        "primary-no-channels",
+        call(lambda: kc.PrimaryCapsule(2, 4, 3), ones(2, 8, 8, 0)),
+        ["PrimaryCapsule needs at least one channel", "inputs.shape=(2, 8, 8, 0)"],
+    ),
+    (
+        "conv2d-no-types",
+        call(lambda: kc.ConvCapsule2D(2, 4, 3), ones(2, 6, 6, 0, 4)),
+        ["ConvCapsule2D needs at least one capsule type", "poses.shape=(2, 6, 6, 0, 4)"],
+    ),
+    (
+        "conv1d-no-pose-dimension",
+        call(lambda: kc.ConvCapsule1D(2, 4, 3), ones(2, 6, 3, 0)),
+        ["ConvCapsule1D needs at least one pose dimension", "poses.shape=(2, 6, 3, 0)"],
+    ),
+    (
         "capsule-no-children",
         call(lambda: kc.Capsule(3, 8), ones(2, 0, 4)),
         ["at least one child capsule", "poses.shape=(2, 0, 4)"],

@@ -2,9 +2,7 @@
 
 import keras
 
-from keras_capsules.layers.base_routed_capsule import split_capsule_inputs
 from keras_capsules.layers.conv_capsule import ConvCapsule
-from keras_capsules.validation import non_empty
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -59,12 +57,3 @@ class ConvCapsule3D(ConvCapsule):
     """
 
     rank = 3
-
-    def build(self, input_shape):
-        # No type or pose dimension: no votes, which the backends refuse or
-        # route to zeros.
-        poses_shape, _ = split_capsule_inputs(input_shape)
-        non_empty(
-            "ConvCapsule3D", "poses", poses_shape, (-2, -1), ("capsule type", "pose dimension")
-        )
-        super().build(input_shape)

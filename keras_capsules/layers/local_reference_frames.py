@@ -30,7 +30,9 @@ class LocalReferenceFrames(keras.layers.Layer):
     Call arguments:
         points: `(batch, n, 3)`, `n >= num_neighbors`.
         mask: optional booleans `(batch, n)`, `True` = keep (a Keras mask
-            too): frames from kept neighbours only; passed on.
+            too): frames from kept neighbours only (a dropped point's frame
+            is made around its own coordinates, NaN if they are not
+            finite; no kept point's frame uses it); passed on.
 
     Returns:
         unit quaternions `(batch, n, 4)`.

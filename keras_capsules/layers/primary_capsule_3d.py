@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_capsules.layers.primary_capsule import PrimaryCapsule
 from keras_capsules.ops import squash
-from keras_capsules.validation import boolean, non_empty
+from keras_capsules.validation import boolean
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -111,11 +111,6 @@ class PrimaryCapsule3D(PrimaryCapsule):
             **kwargs,
         )
         self.grid = boolean(grid, "grid")
-
-    def build(self, input_shape):
-        # No channel: an empty kernel, which the backends refuse or ignore.
-        non_empty("PrimaryCapsule3D", "inputs", input_shape, (-1,), ("channel",))
-        super().build(input_shape)
 
     def call(self, inputs):
         if not self.grid:

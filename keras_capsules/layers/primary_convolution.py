@@ -14,6 +14,7 @@ from keras_capsules.validation import (
     built_input_spec,
     check_kernel_fits,
     int_tuple,
+    non_empty,
     one_of,
     positive_int,
 )
@@ -82,6 +83,7 @@ class PrimaryConvolution(XlaHinted, keras.layers.Layer):
                 f"{self.__class__.__name__} expects {_INPUTS[self.rank]} with known "
                 f"channels. Received: input_shape={tuple(input_shape)}"
             )
+        non_empty(self.__class__.__name__, "inputs", input_shape, (-1,), ("channel",))
         self._output_grid(input_shape)
         # A built layer refuses other channels (and ranks) when called.
         self.input_spec = built_input_spec(input_shape, (-1,))

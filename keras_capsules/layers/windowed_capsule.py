@@ -8,7 +8,13 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.base_routed_capsule import RoutedCapsule, split_capsule_inputs
-from keras_capsules.validation import built_input_spec, check_grid, int_tuple, one_of
+from keras_capsules.validation import (
+    built_input_spec,
+    check_grid,
+    int_tuple,
+    non_empty,
+    one_of,
+)
 from keras_capsules.windows import extract_windows
 
 
@@ -70,6 +76,15 @@ class WindowedCapsule(RoutedCapsule):
                 f"{self.__class__.__name__} needs known capsule types and dim. "
                 f"Received: poses.shape={poses_shape}"
             )
+        # No type or pose dimension: no votes, which the backends refuse (a
+        # division by zero in the transforms' scale) or route to zeros.
+        non_empty(
+            self.__class__.__name__,
+            "poses",
+            poses_shape,
+            (-2, -1),
+            ("capsule type", "pose dimension"),
+        )
         if activations_shape is not None:
             activations_shape = tuple(activations_shape)
             if activations_shape[1:] != poses_shape[1:-1]:
