@@ -903,6 +903,16 @@ SEQUENCE_CASES = [
         r"Received: (inputs|x)\['token_ids'\]\.shape=\(2, 8, 1\)",
     ),
     (
+        "sequence-longer-than-the-backbone-takes",
+        _tokens(
+            token_ids=np.full((2, 64), 4, "int32"),
+            segment_ids=np.zeros((2, 64), "int32"),
+            padding_mask=np.ones((2, 64), bool),
+        ),
+        r"takes sequences of at most \d+ tokens \(its max_sequence_length\)\. "
+        r"Received: (inputs|x)\['token_ids'\]\.shape=\(2, 64\)",
+    ),
+    (
         "sequence-no-tokens",
         _tokens(
             token_ids=np.zeros((2, 0), "int32"),

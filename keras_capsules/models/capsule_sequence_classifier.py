@@ -258,6 +258,26 @@ class CapsuleSequenceClassifier(CapsuleTask):
         self.readout.build((None, self.num_classes, self.capsule_dim))
         self.built = True
 
+    def check_inputs(self, x, name="x"):
+        """`CapsuleTask.check_inputs`, and sequences no longer than the
+        backbone's `max_sequence_length` (its position embedding's size)."""
+        super().check_inputs(x, name)
+        limit = getattr(self.backbone, "max_sequence_length", None)
+        spec = getattr(x, "element_spec", None)  # a tf.data.Dataset
+        if spec is not None:
+            x = spec[0] if isinstance(spec, (tuple, list)) else spec
+        tokens = x.get("token_ids") if isinstance(x, dict) else None
+        shape = getattr(tokens, "shape", None)
+        if not isinstance(limit, int) or shape is None or len(shape) < 2:
+            return
+        length = shape[1]
+        if isinstance(length, int) and length > limit:
+            raise ValueError(
+                f"{type(self).__name__}'s backbone takes sequences of at most "
+                f"{limit} tokens (its max_sequence_length). "
+                f"Received: {name}['token_ids'].shape={tuple(shape)}"
+            )
+
     def scores_and_poses(self, inputs, training=None):
         self.check_inputs(inputs, "inputs")
         hidden = self.hidden_state_model(inputs, training=training)
