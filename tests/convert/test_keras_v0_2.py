@@ -39,6 +39,11 @@ def test_loads_computes_and_trains_as_saved(name):
     outputs = to_numpy(forward(model, data["x"], training=False))
     np.testing.assert_allclose(outputs, data["outputs"], rtol=1e-5, atol=1e-6)
     assert model.compiled
+    if keras.backend.backend() == "torch" and model.jit_compile is True:
+        # 0.2.0 saved what compile("auto") resolved to on TensorFlow (XLA on):
+        # on torch that is torch.compile, about a minute a model here. Files
+        # saved by 0.3.0 keep "auto" (tests/models/test_ready_models.py).
+        model.jit_compile = False
     steps = int(to_numpy(model.optimizer.iterations))
     history = model.fit(data["x"], data["y"], batch_size=len(data["x"]), verbose=0).history
     assert (
