@@ -14,10 +14,16 @@ before its fence, which the rendered page does not show:
 `skip: REASON` never runs it; `backends NAMES: REASON` runs it on those
 backends only. A reason is required. Blocks of other languages (bash, text)
 are not run.
+
+A block without a directive runs on one backend per suite run, the same
+one each time (by a hash of its place), so the three runs share the blocks
+and each stays within the CI time; `SNIPPETS_ON_EVERY_BACKEND=1` runs every
+block on every backend.
 """
 
 import os
 import re
+import zlib
 
 import keras
 import pytest
@@ -120,6 +126,10 @@ def test_snippet_runs(path, line, code, directive, tmp_path, monkeypatch):
         backends, reason = parse_directive(directive)
         if keras.backend.backend() not in backends:
             pytest.skip(reason)
+    elif not os.environ.get("SNIPPETS_ON_EVERY_BACKEND"):
+        mine = BACKENDS[zlib.crc32(f"{path}:{line}".encode()) % len(BACKENDS)]
+        if keras.backend.backend() != mine:
+            pytest.skip(f"runs on {mine} (SNIPPETS_ON_EVERY_BACKEND=1: on every backend)")
     monkeypatch.chdir(tmp_path)
     program = compile(code, f"{path}:{line}", "exec")
     try:
