@@ -2,6 +2,7 @@
 float64 reference, rotation equivariance, errors. (Float64 parity with
 every backend's gradients: tests/parity/cases_quaternion.py.)"""
 
+import keras
 import numpy as np
 import pytest
 
@@ -49,6 +50,9 @@ class TestLocalReferenceFrames(LayerTestCase):
 
 
 def test_matches_float64_reference():
+    # Seeded: an unseeded draw of the routing weights was once a nearly
+    # degenerate mean (2.7e-5 off in float32), on the oldest Keras.
+    keras.utils.set_random_seed(0)
     layer = QuaternionCapsule(4)
     outputs = layer(INPUTS)
     weights = {v.name: to_numpy(v) for v in layer.weights}
