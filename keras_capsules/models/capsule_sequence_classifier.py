@@ -8,7 +8,7 @@ from keras import ops
 
 from keras_capsules.layers.vector_routing import VectorRouting
 from keras_capsules.models import presets
-from keras_capsules.models.capsule_task import CapsuleTask, sample_shape
+from keras_capsules.models.capsule_task import CapsuleTask, model_inputs, sample_shape
 from keras_capsules.validation import boolean, positive_int
 
 _HIDDEN_STATES = ("all", "last")
@@ -263,9 +263,7 @@ class CapsuleSequenceClassifier(CapsuleTask):
         backbone's `max_sequence_length` (its position embedding's size)."""
         super().check_inputs(x, name)
         limit = getattr(self.backbone, "max_sequence_length", None)
-        spec = getattr(x, "element_spec", None)  # a tf.data.Dataset
-        if spec is not None:
-            x = spec[0] if isinstance(spec, (tuple, list)) else spec
+        x = model_inputs(x)
         tokens = x.get("token_ids") if isinstance(x, dict) else None
         shape = getattr(tokens, "shape", None)
         if not isinstance(limit, int) or shape is None or len(shape) < 2:

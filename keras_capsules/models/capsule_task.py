@@ -311,9 +311,7 @@ class CapsuleTask(keras.Model):
         unable to save)."""
         if self.sample_shape is None:
             return
-        spec = getattr(x, "element_spec", None)  # a tf.data.Dataset
-        if spec is not None:
-            x = spec[0] if isinstance(spec, (tuple, list)) else spec
+        x = model_inputs(x)
         if not isinstance(self.sample_shape, dict):
             if not isinstance(x, dict):
                 _check_shape(self, self.inputs_name, self.sample_shape, x, name)
@@ -490,6 +488,15 @@ def _check_shape(model, what, sample_shape, x, name):
             f"{type(model).__name__} expects {what} of shape (batch, {sizes}){varying}. "
             f"Received: {name}.shape={shape}"
         )
+
+
+def model_inputs(x):
+    """The inputs of `x`: `x` itself, or the spec of the first element of a
+    `tf.data.Dataset`'s elements (inputs, targets, ...)."""
+    spec = getattr(x, "element_spec", None)
+    if spec is None:
+        return x
+    return spec[0] if isinstance(spec, (tuple, list)) else spec
 
 
 def sample_shape(shape):
