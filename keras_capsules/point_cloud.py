@@ -4,6 +4,7 @@ float32 when the points are float16 or bfloat16."""
 
 from keras import ops
 
+from keras_capsules import small_eigen
 from keras_capsules.ops import _upcast
 from keras_capsules.quaternion import _cross
 
@@ -102,11 +103,11 @@ def local_reference_frames(points, num_neighbors, mask=None):
     rotating the cloud by `R` turns every frame `F` into `R F`: the frames
     are rotation-equivariant (where the largest or smallest eigenvalue is
     repeated, as on a perfect plane or sphere, the axis is not defined and
-    the frame is whichever eigenvector `eigh` returns). Non-finite
+    the frame is any eigenvector of it). Non-finite
     coordinates (NaN, Inf) stay in their cloud: every frame of a cloud with
     a non-finite kept point is NaN, as is the frame of a point whose
     neighbourhood holds one, and the other clouds' frames do not change
-    (no `eigh` error for the batch). No gradient flows
+    No gradient flows
     through the frames. Computed in float32 for half inputs.
 
     Args:
@@ -137,20 +138,37 @@ def local_reference_frames(points, num_neighbors, mask=None):
     points = ops.stop_gradient(_upcast(points)[0])
     neighbors = gather(points, nearest_neighbors(points, points, num_neighbors, mask))
     offsets = neighbors - points[:, :, None, :]
-    covariance = ops.einsum("bnki,bnkj->bnij", offsets, offsets) / num_neighbors
-    # A non-finite covariance would make `eigh` fail for the whole batch on
-    # some backends: the identity goes in its place, and NaN frames come out
-    # for its point and for every point of a cloud with a non-finite kept
-    # point (its neighbourhoods are not defined).
-    finite = ops.all(ops.isfinite(covariance), axis=(-2, -1))  # (b, n)
+    # The covariance's 6 distinct entries, each its own tensor (as
+    # `small_eigen` takes them; the scale does not matter).
+    d = ops.unstack(offsets, 3, axis=-1)
+    covariance = [[None] * 3 for _ in range(3)]
+    for i in range(3):
+        for j in range(i, 3):
+            covariance[i][j] = covariance[j][i] = ops.sum(d[i] * d[j], axis=-1)
+    # A non-finite covariance stands in as the identity, and NaN frames come
+    # out for its point and for every point of a cloud with a non-finite
+    # kept point (its neighbourhoods are not defined).
+    finite = ops.isfinite(sum(x for row in covariance for x in row))  # (b, n)
     kept_finite = ops.all(ops.isfinite(points), axis=-1)
     if mask is not None:
         kept_finite = ops.logical_or(kept_finite, ops.logical_not(ops.cast(mask, "bool")))
     valid = ops.logical_and(finite, ops.all(kept_finite, axis=1, keepdims=True))
-    identity = ops.eye(3, dtype=covariance.dtype)
-    covariance = ops.where(finite[..., None, None], covariance, identity)
-    _, vectors = ops.eigh(covariance)  # ascending eigenvalues
-    e_min, e_max = vectors[..., :, 0], vectors[..., :, 2]
+    trace = covariance[0][0] + covariance[1][1] + covariance[2][2]
+    usable = finite & (trace > 0)
+    scale = ops.where(usable, trace, 1.0)
+    # Trace 1 (a third of the identity where all neighbours coincide).
+    a = [
+        [ops.where(usable, x / scale, float(i == j) / 3.0) for j, x in enumerate(row)]
+        for i, row in enumerate(covariance)
+    ]
+    # e_min: the top eigenvector of (I - a) / 2, whose eigenvalues are
+    # (1 - those of a) / 2, trace 1.
+    flipped = [[(float(i == j) - x) / 2.0 for j, x in enumerate(row)] for i, row in enumerate(a)]
+    e_max = ops.stack(small_eigen.top_eigenpair(a)[1], axis=-1)
+    e_min = ops.stack(small_eigen.top_eigenpair(flipped)[1], axis=-1)
+    # Exactly orthogonal to e_max (float32 eigenvectors are to ~1e-7).
+    e_min = e_min - ops.sum(e_min * e_max, axis=-1, keepdims=True) * e_max
+    e_min = e_min / ops.sqrt(ops.sum(e_min * e_min, axis=-1, keepdims=True) + 1e-30)
     x = e_max * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_max))[..., None]
     z = e_min * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_min))[..., None]
     frames = ops.stack([x, _cross(z, x), z], axis=-1)
