@@ -6,6 +6,7 @@ one process can crash (both bundle their own native libraries).
 
 import contextlib
 import os
+import zlib
 
 # JAX keeps its XLA compilations on disk for the whole suite: many tests (and
 # the example scripts they run in subprocesses) build and compile the same
@@ -58,6 +59,28 @@ from tests.test_case import BACKEND
 
 def pytest_report_header(config):
     return f"keras {keras.__version__}, backend {BACKEND}"
+
+
+BACKENDS = ("tensorflow", "torch", "jax")
+
+
+def one_backend(nodeid):
+    """The backend a `one_backend` test runs on: the same each time, by a
+    hash of its id, so the three per-backend runs share such tests."""
+    return BACKENDS[zlib.crc32(nodeid.encode()) % len(BACKENDS)]
+
+
+def pytest_collection_modifyitems(config, items):
+    # Tests marked `one_backend` (the example scripts' and benchmarks' smoke
+    # runs: Keras code above the layers, which every backend's own tests
+    # cover) run on one backend per suite run, so the whole suite stays
+    # within the CI time; ON_EVERY_BACKEND=1 runs them on every backend.
+    if os.environ.get("ON_EVERY_BACKEND"):
+        return
+    for item in items:
+        if item.get_closest_marker("one_backend") and one_backend(item.nodeid) != BACKEND:
+            reason = f"runs on {one_backend(item.nodeid)} (ON_EVERY_BACKEND=1: on every backend)"
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)

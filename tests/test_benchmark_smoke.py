@@ -8,12 +8,15 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.test_case import BACKEND
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "point_capsnet.py")
 
 
+@pytest.mark.one_backend
 def test_smoke_run(tmp_path):
     out = tmp_path / "rows.json"
     args = [sys.executable, SCRIPT, "--backends", BACKEND, "--size", "small", "--points", "32"]
@@ -33,6 +36,7 @@ def test_smoke_run(tmp_path):
 VOLUME_SCRIPT = os.path.join(ROOT, "benchmarks", "volume_memory.py")
 
 
+@pytest.mark.one_backend
 def test_volume_memory_smoke_run(tmp_path):
     out = tmp_path / "rows.json"
     args = [sys.executable, VOLUME_SCRIPT, "--backends", BACKEND, "--sides", "3,4"]

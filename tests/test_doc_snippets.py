@@ -17,8 +17,8 @@ are not run.
 
 A block without a directive runs on one backend per suite run, the same
 one each time (by a hash of its place), so the three runs share the blocks
-and each stays within the CI time; `SNIPPETS_ON_EVERY_BACKEND=1` runs every
-block on every backend.
+and each stays within the CI time; `ON_EVERY_BACKEND=1` (or
+`SNIPPETS_ON_EVERY_BACKEND=1`) runs every block on every backend.
 """
 
 import os
@@ -126,10 +126,10 @@ def test_snippet_runs(path, line, code, directive, tmp_path, monkeypatch):
         backends, reason = parse_directive(directive)
         if keras.backend.backend() not in backends:
             pytest.skip(reason)
-    elif not os.environ.get("SNIPPETS_ON_EVERY_BACKEND"):
+    elif not (os.environ.get("ON_EVERY_BACKEND") or os.environ.get("SNIPPETS_ON_EVERY_BACKEND")):
         mine = BACKENDS[zlib.crc32(f"{path}:{line}".encode()) % len(BACKENDS)]
         if keras.backend.backend() != mine:
-            pytest.skip(f"runs on {mine} (SNIPPETS_ON_EVERY_BACKEND=1: on every backend)")
+            pytest.skip(f"runs on {mine} (ON_EVERY_BACKEND=1: on every backend)")
     monkeypatch.chdir(tmp_path)
     program = compile(code, f"{path}:{line}", "exec")
     try:

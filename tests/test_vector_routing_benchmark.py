@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.test_case import BACKEND
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +31,7 @@ class EfficientVectorRouting(torch.nn.Module):
 """
 
 
+@pytest.mark.one_backend
 def test_smoke_run(tmp_path):
     out = tmp_path / "rows.json"
     args = [sys.executable, SCRIPT, "--backends", BACKEND, "--sizes", "64,128"]

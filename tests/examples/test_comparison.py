@@ -28,6 +28,7 @@ def data(count, seed):
     )
 
 
+@pytest.mark.one_backend
 def test_every_model_gets_a_row_a_table_line_and_metrics_json(tmp_path, capsys):
     comparison = example("comparison")
     fits = []
@@ -62,6 +63,7 @@ def test_every_model_gets_a_row_a_table_line_and_metrics_json(tmp_path, capsys):
     assert [line.split()[0] for line in lines[1:]] == ["small", "large"]
 
 
+@pytest.mark.one_backend
 def test_the_same_seed_gives_every_model_the_same_initial_weights(tmp_path):
     comparison = example("comparison")
     initial = []

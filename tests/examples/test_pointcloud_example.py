@@ -23,6 +23,7 @@ def write_modelnet40(directory, rng, files=(("train0", 12), ("train1", 4), ("tes
             f["label"] = rng.integers(0, 40, (count, 1)).astype("uint8")
 
 
+@pytest.mark.one_backend
 def test_every_model_and_regime_on_generated_shapes(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -40,6 +41,7 @@ def test_every_model_and_regime_on_generated_shapes(tmp_path):
             assert row["parameters"] > 0
 
 
+@pytest.mark.one_backend
 def test_the_modelnet40_loader_reads_the_hdf5_release(tmp_path):
     data = example("data")
     write_modelnet40(tmp_path, np.random.default_rng(0))

@@ -97,6 +97,7 @@ ON_TORCH_ONLY = {
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.one_backend
 def test_smoke_run_writes_every_output(name, tmp_path, monkeypatch, capsys):
     if name in ON_TORCH_ONLY and BACKEND != "torch":
         pytest.skip("its model is tested on every backend elsewhere: the script on torch")
@@ -553,6 +554,7 @@ def tiny_multidigit_capsnet():
     )
 
 
+@pytest.mark.one_backend
 def test_multimnist_loss_accuracy_and_saving(tmp_path):
     """Margin loss with both classes present + each digit reconstructed from
     its own capsule; accuracy 1 only when both are the two longest."""
@@ -662,6 +664,7 @@ def test_evaluate_preset_with_the_authors_weights_on_mock_smallnorb(tmp_path):
     assert metrics["parameters"] == 381_234 and metrics["test_examples"] == 8
 
 
+@pytest.mark.one_backend
 def test_multilabel_example_trains_both_models(tmp_path):
     # Few images and one epoch: the script's code on this backend; the
     # learning on more images is measured by the script itself.

@@ -23,6 +23,7 @@ from tests.examples.test_scripts import (
     ],
     ids=["digits-segcaps", "pets-segcaps", "digits-unet"],
 )
+@pytest.mark.one_backend
 def test_smoke_run_writes_every_output(script, flags, tmp_path):
     if "unet" in flags and BACKEND != "torch":
         pytest.skip("the U-Net is plain Keras: its script runs once, on torch")
@@ -105,6 +106,7 @@ def test_foreground_weight_is_background_over_foreground():
     assert example("data").foreground_weight(empty) == 1.0
 
 
+@pytest.mark.one_backend
 def test_unet_learns():
     import keras
 

@@ -11,6 +11,7 @@ from tests.examples.test_scripts import example
 TINY = ["--epochs", "1", "--batch-size", "4"]
 
 
+@pytest.mark.one_backend
 def test_both_models_on_generated_volumes(tmp_path):
     results = example("volume_capsules").main(
         [*TINY, "--size", "12", "--train", "8", "--test", "4", "--output-dir", str(tmp_path)]
@@ -35,6 +36,7 @@ def write_folder(root, rng, classes=("nodule", "vessel"), count=5, shape=(12, 12
             np.save(root / name / f"{n}.npy", rng.normal(size=shape).astype("float32"))
 
 
+@pytest.mark.one_backend
 def test_a_folder_of_numpy_volumes(tmp_path):
     write_folder(tmp_path / "data", np.random.default_rng(0))
     volume = example("volume_capsules")
