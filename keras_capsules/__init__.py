@@ -21,6 +21,7 @@ __version__ = "0.3.0"
 
 from keras_capsules import (
     callbacks,
+    capsule_measures,
     convert,
     diagnostics,
     initializers,

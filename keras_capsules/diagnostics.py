@@ -1,5 +1,6 @@
 """Looking inside a trained capsule network: the routing coefficients of
-every routed layer, and a figure of them.
+every routed layer, measures of its activations and routing, and a figure
+of the coefficients.
 
 A routed layer gives its coefficients when called with
 `return_coefficients=True`, but a trained or loaded model was built
@@ -13,12 +14,15 @@ and runs it: one forward pass, no change to the model.
 import keras
 import numpy as np
 
+from keras_capsules import capsule_measures as measures
 from keras_capsules.layers.base_routed_capsule import RoutedCapsule
 from keras_capsules.layers.vector_routing import VectorRouting
 
 # The layers that take `return_coefficients=True` and then return
 # `(outputs, coefficients)`.
 ROUTED_LAYERS = (RoutedCapsule, VectorRouting)
+# The activation quantiles of `capsule_statistics`.
+QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
 def routing_coefficients(model, inputs, batch_size=32):
@@ -76,7 +80,7 @@ def routing_coefficients(model, inputs, batch_size=32):
             "model, call the routed layer with `return_coefficients=True` in a "
             f"method of your own. Received: model of class {type(model).__name__}"
         )
-    probe_inputs, _, coefficients = _outputs_and_coefficients(graph)
+    probe_inputs, _, coefficients, _ = _outputs_and_coefficients(graph)
     _check_routed(graph, coefficients)
     probe = keras.Model(probe_inputs, coefficients)
     values = probe.predict(inputs, batch_size=batch_size, verbose=0)
@@ -103,7 +107,7 @@ def coefficient_model(model):
             "`model` must be a functional or a built Sequential model. "
             f"Received: model of class {type(model).__name__}"
         )
-    inputs, _, coefficients = _outputs_and_coefficients(graph)
+    inputs, _, coefficients, _ = _outputs_and_coefficients(graph)
     _check_routed(graph, coefficients)
     return keras.Model(inputs, coefficients, name=f"{model.name}_coefficients")
 
@@ -118,32 +122,162 @@ def _check_routed(model, coefficients):
 
 
 def _outputs_and_coefficients(model):
-    """`(inputs, outputs, {name: coefficients})` of the model's graph made
-    again on its own layers, each routed layer (also inside nested
-    functional and Sequential models) giving its coefficients."""
-    found = {}
+    """`(inputs, outputs, {name: coefficients}, {name: (layer, outputs)})`
+    of the model's graph made again on its own layers, each routed layer
+    (also inside nested functional and Sequential models) giving its
+    coefficients, and its outputs beside them."""
+    found, routed = {}, {}
 
     def call(layer, *args, **kwargs):
         if isinstance(layer, ROUTED_LAYERS):
             outputs, coefficients = _WithCoefficients(layer)(*args, **kwargs)
-            _add(found, layer.name, coefficients)
+            name = _add(found, layer.name, coefficients)
+            routed[name] = (layer, outputs)
             return outputs
         if isinstance(layer, keras.Model) and _graph(layer) is not None:
-            inner_inputs, inner_outputs, inner = _outputs_and_coefficients(_graph(layer))
+            inner_inputs, inner_outputs, inner, inner_routed = _outputs_and_coefficients(
+                _graph(layer)
+            )
             if inner:
-                nested = keras.Model(inner_inputs, [inner_outputs, inner], name=layer.name)
-                outputs, coefficients = nested(*args, **kwargs)
-                for name, tensor in coefficients.items():
-                    _add(found, f"{layer.name}/{name}", tensor)
+                layer_outputs = {k: v for k, (_, v) in inner_routed.items()}
+                nested = keras.Model(
+                    inner_inputs, [inner_outputs, inner, layer_outputs], name=layer.name
+                )
+                outputs, coefficients, routed_outputs = nested(*args, **kwargs)
+                for key, tensor in coefficients.items():
+                    name = _add(found, f"{layer.name}/{key}", tensor)
+                    routed[name] = (inner_routed[key][0], routed_outputs[key])
                 return outputs
         return layer(*args, **kwargs)
 
     clone = keras.models.clone_model(model, clone_function=lambda layer: layer, call_function=call)
-    return clone.inputs, clone.output, found
+    return clone.inputs, clone.output, found, routed
 
 
 def _add(found, name, tensor):
-    found[name if name not in found else f"{name}_{len(found)}"] = tensor
+    name = name if name not in found else f"{name}_{len(found)}"
+    found[name] = tensor
+    return name
+
+
+def capsule_statistics(model, inputs, labels=None, threshold=0.01, batch_size=32):
+    """Activation and routing measures of every routed layer of a model, in
+    one forward pass (`keras_capsules.capsule_measures`).
+
+    Per routed layer (by name, in the layers' order), a dict of floats:
+
+    - `activation_mean` and `activation_quantiles` (5, 25, 50, 75, 95 %) of
+      the parents' activations: a vector capsule's length, the
+      activations of matrix and quaternion capsules, Heinsen's scores
+      through a sigmoid; `starved_fraction`: the parents whose activation
+      stays below `threshold` for the whole batch; `active_fraction`:
+      (parent, input) pairs at or above it;
+    - `coefficient_entropy` (0: each child routes to one parent, 1:
+      evenly), `tree_fraction` (children sending more than half their vote
+      to one parent), `coefficient_spread` (how much routing changes from
+      input to input; 0: static);
+    - `children_per_active_parent` and, with `labels`,
+      `parent_consistency` (a child's strongest parent, the same across
+      inputs of a class: 1);
+    - `pose_length_mean` and `pose_length_std`.
+
+    `VectorRouting` has no activations (its outputs are normalised): its
+    activation measures are NaN. For windowed layers the children of every
+    window are pooled and the parents are the capsule types.
+
+    Args:
+        model: a functional or built `Sequential` model.
+        inputs: a batch of the model's inputs (arrays).
+        labels: optional class ids `(batch,)` (or one-hot), for
+            `parent_consistency`.
+        threshold: the activation below which a parent is inactive.
+        batch_size: the batch size of the forward pass.
+
+    Returns:
+        `{layer name: {measure: float or list}}`.
+
+    Example:
+
+    >>> inputs = keras.Input((6, 4))
+    >>> poses = keras_capsules.layers.Capsule(3, 5, name="classes")(inputs)
+    >>> model = keras.Model(inputs, keras_capsules.layers.Length()(poses))
+    >>> x = np.random.default_rng(0).normal(size=(8, 6, 4))
+    >>> stats = keras_capsules.diagnostics.capsule_statistics(model, x)
+    >>> 0 <= stats["classes"]["coefficient_entropy"] <= 1, stats["classes"]["starved_fraction"]
+    (True, 0.0)
+
+    Reference: Mitterreiter, Koch, Giesen & Laue, "Why Capsule Neural
+    Networks Do Not Scale: Challenging the Dynamic Parse-Tree Assumption",
+    AAAI 2023; Everett, Zhong & Leontidis, "Vanishing Activations: A
+    Symptom of Deep Capsule Networks", 2023.
+    """
+    graph = _graph(model)
+    if graph is None:
+        raise ValueError(
+            "`capsule_statistics` reads functional and built Sequential models. "
+            f"Received: model of class {type(model).__name__}"
+        )
+    probe_inputs, _, coefficients, routed = _outputs_and_coefficients(graph)
+    _check_routed(graph, coefficients)
+    outputs = {f"c|{name}": tensor for name, tensor in coefficients.items()}
+    for name, (_, layer_outputs) in routed.items():
+        for k, tensor in enumerate(keras.tree.flatten(layer_outputs)[:2]):
+            outputs[f"o{k}|{name}"] = tensor
+    values = keras.Model(probe_inputs, outputs).predict(inputs, batch_size=batch_size, verbose=0)
+    if labels is not None:
+        labels = np.asarray(labels)
+        labels = labels.argmax(-1) if labels.ndim == 2 and labels.shape[-1] > 1 else labels
+    return {
+        name: _layer_statistics(layer, values, name, labels, threshold)
+        for name, (layer, _) in routed.items()
+    }
+
+
+def _layer_statistics(layer, values, name, labels, threshold):
+    c = values[f"c|{name}"]
+    c = c.reshape(len(c), -1, c.shape[-1])  # windows' children pooled
+    parents = c.shape[-1]
+    poses = values[f"o0|{name}"]
+    if isinstance(layer, VectorRouting):
+        activations = None
+        lengths = np.linalg.norm(poses.astype("float64"), axis=-1).reshape(len(poses), -1)
+    elif getattr(layer, "length_coded", False):
+        lengths = np.linalg.norm(poses.astype("float64"), axis=-1).reshape(len(poses), -1)
+        activations = lengths
+    else:
+        activations = values[f"o1|{name}"].astype("float64").reshape(len(poses), -1)
+        if getattr(layer, "router_activations", None) == "logits":
+            activations = 1.0 / (1.0 + np.exp(-activations))
+        lengths = np.linalg.norm(poses.astype("float64").reshape(*activations.shape, -1), axis=-1)
+    stats = {
+        "coefficient_entropy": measures.normalized_entropy(c),
+        "tree_fraction": measures.tree_fraction(c),
+        "coefficient_spread": measures.coefficient_spread(c),
+        "pose_length_mean": float(lengths.mean()),
+        "pose_length_std": float(lengths.std()),
+        "parent_consistency": (
+            measures.parent_consistency(c, labels) if labels is not None else float("nan")
+        ),
+    }
+    nan = float("nan")
+    if activations is None:
+        stats.update(
+            activation_mean=nan, activation_quantiles=[nan] * 5, starved_fraction=nan,
+            active_fraction=nan, children_per_active_parent=nan,
+        )  # fmt: skip
+        return stats
+    # A windowed layer's parents: the capsule types, each position its own.
+    by_type = activations.reshape(len(activations), -1, parents)
+    stats.update(
+        activation_mean=float(activations.mean()),
+        activation_quantiles=[float(q) for q in np.quantile(activations, QUANTILES)],
+        starved_fraction=measures.starved_fraction(activations, threshold),
+        active_fraction=float(np.mean(activations >= threshold)),
+        children_per_active_parent=measures.children_per_active_parent(
+            c, by_type.max(axis=1), threshold
+        ),
+    )
+    return stats
 
 
 def _graph(model):
