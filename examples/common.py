@@ -21,6 +21,7 @@ import time
 import atomic
 import backup
 import keras  # Before tensorflow: torch and TF clash if TF loads first.
+import numpy as np
 from xla_flags import YNN_CONVOLUTIONS_OFF
 
 from keras_capsules import distribute, routing
@@ -32,6 +33,8 @@ SMOKE_STEPS = 2
 # share of them is one whole smoke batch.
 SMOKE_EXAMPLES = 40
 VALIDATION_FRACTION = 0.1
+# The inputs that --monitor measures the routed layers on after each epoch.
+MONITOR_IMAGES = 256
 
 
 def parse_args(description, epochs, batch_size, routers=True, argv=None, add_arguments=None):
@@ -237,6 +240,14 @@ def add_run_arguments(parser):
         action="store_true",
         help=f"{SMOKE_STEPS} steps per epoch, 1 epoch unless --epochs, on fake TFDS "
         "data (data.mock_data; for tests)",
+    )
+    parser.add_argument(
+        "--monitor",
+        action="store_true",
+        help=f"measure every routed layer after each epoch on {MONITOR_IMAGES} validation "
+        "(or test) images (keras_capsules.callbacks.CapsuleMonitor: starved capsules, "
+        "coefficient entropy, ...): columns capsules/<layer>/<measure> in "
+        "training_log.csv, figures capsule_monitor.png and capsule_monitor_routing.png",
     )
 
 
@@ -624,6 +635,9 @@ def train_and_evaluate(call, args, cluster, seed, state, output_dir, backup_path
         backup.restore(model, state)
         print(f"Resumed from {backup_path}: {first_epoch} of {args.epochs} epochs done")
     fit = FitCallbacks(call, args, model, steps, state, output_dir, backup_path, seed, cluster)
+    if args.monitor:
+        # First: the training log writes the measures it adds to the logs.
+        fit.callbacks.insert(0, capsule_monitor(validation or test, output_dir))
     start = time.perf_counter()
     if first_epoch < args.epochs:
         distribute.fit(
@@ -694,6 +708,19 @@ def build_and_compile(call, args, steps):
         **({} if make_loss is None else {"loss": make_loss(args)}),
     )
     return model
+
+
+def capsule_monitor(dataset, output_dir):
+    """A `CapsuleMonitor` on the first `MONITOR_IMAGES` inputs of `dataset`
+    (batches of `(inputs, labels)`), its figures in `output_dir`."""
+    from keras_capsules.callbacks import CapsuleMonitor
+
+    inputs, labels = [], []
+    for x, y in dataset.unbatch().take(MONITOR_IMAGES).batch(MONITOR_IMAGES):
+        inputs, labels = np.asarray(x), np.asarray(y)
+    return CapsuleMonitor(
+        inputs, labels, figure_path=os.path.join(output_dir, "capsule_monitor.png")
+    )
 
 
 class FitCallbacks:

@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_capsules.diagnostics import StatisticsProbe, routing_figure
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.validation import positive_float, positive_int
 
@@ -106,3 +107,122 @@ class SpreadLossMarginScheduler(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         # `batch`: the epoch's last step index of this execution.
         self._next_step = self._epoch_start + batch + 1
+
+
+# The scalar measures a CapsuleMonitor logs, and the ones its figure draws.
+MONITORED = (
+    "activation_mean", "starved_fraction", "active_fraction", "coefficient_entropy",
+    "tree_fraction", "coefficient_spread", "children_per_active_parent",
+    "parent_consistency", "pose_length_mean",
+)  # fmt: skip
+DRAWN = ("starved_fraction", "coefficient_entropy", "activation_mean", "tree_fraction")
+
+
+class CapsuleMonitor(keras.callbacks.Callback):
+    """Measures every routed layer at the end of each epoch
+    (`diagnostics.capsule_statistics` on a fixed batch) and logs it.
+
+    Each measure goes into the epoch's logs as `capsules/<layer>/<measure>`,
+    so `History`, `keras.callbacks.CSVLogger` and
+    `keras.callbacks.TensorBoard` (scalars) record it when they come after
+    this callback in the list. With `figure_path`, the end of training
+    draws the measures over the epochs, one panel per measure and a line
+    per layer (starved fraction, coefficient entropy, activations, tree
+    fraction), and a heat map of the last layer's mean coefficients beside
+    it (`figure_path` with `_routing` before its suffix); needs matplotlib.
+
+    Cost: one forward pass of the batch per epoch (`every` epochs apart),
+    with the coefficients of every routed layer; the probe model is made
+    once, on the model's own layers.
+
+    Args:
+        inputs: the batch to measure on (arrays), e.g. some validation
+            inputs.
+        labels: optional class ids or one-hot labels of `inputs`, for
+            `parent_consistency`.
+        threshold: the activation below which a parent is inactive.
+        every: measure every `every` epochs (the first and the last
+            measured epochs included).
+        figure_path: where to save the figure at the end of training, or
+            `None`.
+
+    Attributes:
+        history: `{epoch: {layer: {measure: value}}}`, every measured epoch.
+
+    Example:
+
+    >>> inputs = keras.Input((6, 4))
+    >>> poses = keras_capsules.layers.Capsule(3, 5, name="classes")(inputs)
+    >>> model = keras.Model(inputs, keras_capsules.layers.Length()(poses))
+    >>> model.compile(optimizer="adam", loss="mse")
+    >>> x, y = np.random.default_rng(0).normal(size=(8, 6, 4)), np.full((8, 3), 0.5)
+    >>> monitor = keras_capsules.callbacks.CapsuleMonitor(x)
+    >>> logs = model.fit(x, y, epochs=2, callbacks=[monitor], verbose=0).history
+    >>> len(logs["capsules/classes/starved_fraction"])
+    2
+
+    Reference: Mitterreiter, Koch, Giesen & Laue, "Why Capsule Neural
+    Networks Do Not Scale: Challenging the Dynamic Parse-Tree Assumption",
+    AAAI 2023; Everett, Zhong & Leontidis, "Vanishing Activations: A
+    Symptom of Deep Capsule Networks", 2023.
+    """
+
+    def __init__(self, inputs, labels=None, threshold=0.01, every=1, figure_path=None):
+        super().__init__()
+        self.inputs = inputs
+        self.labels = labels
+        self.threshold = positive_float(threshold, "threshold")
+        self.every = positive_int(every, "every")
+        self.figure_path = figure_path
+        self.history = {}
+        self._probe = None
+        self._last_coefficients = None
+
+    def on_train_begin(self, logs=None):
+        if self._probe is None:
+            self._probe = StatisticsProbe(self.model)
+
+    def on_epoch_end(self, epoch, logs=None):
+        last = self.params and epoch + 1 == self.params.get("epochs")
+        if epoch % self.every and not last:
+            return
+        stats, coefficients = self._probe(
+            self.inputs, self.labels, self.threshold, coefficients=True
+        )
+        self.history[epoch] = stats
+        self._last_coefficients = coefficients
+        if logs is not None:
+            for layer, row in stats.items():
+                for measure in MONITORED:
+                    logs[f"capsules/{layer}/{measure}"] = row[measure]
+
+    def on_train_end(self, logs=None):
+        if self.figure_path and self.history:
+            self.figure().savefig(self.figure_path)
+            layer, c = list(self._last_coefficients.items())[-1]
+            root, dot, suffix = str(self.figure_path).rpartition(".")
+            routing_path = f"{root}_routing.{suffix}" if dot else f"{self.figure_path}_routing"
+            c = c.reshape(len(c), -1, c.shape[-1])
+            routing_figure(c, title=f"{layer}: mean coefficients").savefig(routing_path)
+
+    def figure(self):
+        """The measures over the measured epochs: a panel per measure, a line
+        per layer (a `matplotlib.figure.Figure`)."""
+        try:
+            from matplotlib.figure import Figure
+        except ImportError as error:  # an optional dependency
+            raise ImportError(
+                "CapsuleMonitor draws with matplotlib: `pip install matplotlib`."
+            ) from error
+        epochs = sorted(self.history)
+        figure = Figure(figsize=(10, 7))
+        for k, measure in enumerate(DRAWN):
+            ax = figure.add_subplot(2, 2, k + 1)
+            for layer in self.history[epochs[0]]:
+                ax.plot([e + 1 for e in epochs], [self.history[e][layer][measure] for e in epochs],
+                        marker="o", label=layer)  # fmt: skip
+            ax.set_xlabel("epoch")
+            ax.set_title(measure.replace("_", " "))
+        figure.axes[0].legend(fontsize="small")
+        figure.tight_layout()
+        return figure

@@ -186,12 +186,16 @@ def capsule_statistics(model, inputs, labels=None, threshold=0.01, batch_size=32
     window are pooled and the parents are the capsule types.
 
     Args:
-        model: a functional or built `Sequential` model.
+        model: a functional or built `Sequential` model, or a ready
+            classifier.
         inputs: a batch of the model's inputs (arrays).
         labels: optional class ids `(batch,)` (or one-hot), for
             `parent_consistency`.
         threshold: the activation below which a parent is inactive.
         batch_size: the batch size of the forward pass.
+
+    A ready classifier (`CapsNet`, `EfficientCapsNet`,
+    `CapsuleImageClassifier`, ...) gives its class capsules' row.
 
     Returns:
         `{layer name: {measure: float or list}}`.
@@ -211,26 +215,90 @@ def capsule_statistics(model, inputs, labels=None, threshold=0.01, batch_size=32
     AAAI 2023; Everett, Zhong & Leontidis, "Vanishing Activations: A
     Symptom of Deep Capsule Networks", 2023.
     """
-    graph = _graph(model)
-    if graph is None:
-        raise ValueError(
-            "`capsule_statistics` reads functional and built Sequential models. "
-            f"Received: model of class {type(model).__name__}"
-        )
-    probe_inputs, _, coefficients, routed = _outputs_and_coefficients(graph)
-    _check_routed(graph, coefficients)
-    outputs = {f"c|{name}": tensor for name, tensor in coefficients.items()}
-    for name, (_, layer_outputs) in routed.items():
-        for k, tensor in enumerate(keras.tree.flatten(layer_outputs)[:2]):
-            outputs[f"o{k}|{name}"] = tensor
-    values = keras.Model(probe_inputs, outputs).predict(inputs, batch_size=batch_size, verbose=0)
-    if labels is not None:
-        labels = np.asarray(labels)
-        labels = labels.argmax(-1) if labels.ndim == 2 and labels.shape[-1] > 1 else labels
-    return {
-        name: _layer_statistics(layer, values, name, labels, threshold)
-        for name, (layer, _) in routed.items()
-    }
+    return StatisticsProbe(model)(inputs, labels, threshold, batch_size)
+
+
+class StatisticsProbe:
+    """`capsule_statistics` with its probe model made once, for measuring
+    a model again and again (`callbacks.CapsuleMonitor`, every epoch).
+
+    The probe shares the model's layers: each call measures the current
+    weights.
+
+    Args:
+        model: a functional or built `Sequential` model.
+
+    Call arguments:
+        inputs, labels, threshold, batch_size: as for `capsule_statistics`.
+        coefficients: also return `{layer name: coefficients}`.
+
+    Returns:
+        a callable; what `capsule_statistics` gives, and with
+        `coefficients=True` `(statistics, coefficients)`.
+
+    Example:
+
+    >>> model = keras.Sequential([keras.Input((6, 4)), keras_capsules.layers.Capsule(3, 5)])
+    >>> probe = keras_capsules.diagnostics.StatisticsProbe(model)
+    >>> stats, c = probe(np.ones((2, 6, 4)), coefficients=True)
+    >>> [value.shape for value in c.values()]
+    [(2, 6, 3)]
+    """
+
+    def __init__(self, model):
+        graph = _graph(model)
+        self.ready = None
+        if graph is None and _is_ready_classifier(model):
+            # A ready classifier: its class capsules, on its child capsules.
+            self.ready, self.probe = model, None
+            self.layers = {model.class_capsules.name: model.class_capsules}
+            return
+        if graph is None:
+            raise ValueError(
+                "`capsule_statistics` reads functional and built Sequential models, "
+                "and the ready classifiers' class capsules. "
+                f"Received: model of class {type(model).__name__}"
+            )
+        probe_inputs, _, coefficients, routed = _outputs_and_coefficients(graph)
+        _check_routed(graph, coefficients)
+        outputs = {f"c|{name}": tensor for name, tensor in coefficients.items()}
+        for name, (_, layer_outputs) in routed.items():
+            for k, tensor in enumerate(keras.tree.flatten(layer_outputs)[:2]):
+                outputs[f"o{k}|{name}"] = tensor
+        self.probe = keras.Model(probe_inputs, outputs)
+        self.layers = {name: layer for name, (layer, _) in routed.items()}
+
+    def __call__(self, inputs, labels=None, threshold=0.01, batch_size=32, coefficients=False):
+        if self.ready is None:
+            values = self.probe.predict(inputs, batch_size=batch_size, verbose=0)
+        else:
+            values = self._ready_values(np.asarray(inputs), batch_size)
+        if labels is not None:
+            labels = np.asarray(labels)
+            labels = labels.argmax(-1) if labels.ndim == 2 and labels.shape[-1] > 1 else labels
+        stats = {
+            name: _layer_statistics(layer, values, name, labels, threshold)
+            for name, layer in self.layers.items()
+        }
+        if coefficients:
+            return stats, {name: values[f"c|{name}"] for name in self.layers}
+        return stats
+
+    def _ready_values(self, inputs, batch_size):
+        name = next(iter(self.layers))
+        parts = []
+        for start in range(0, len(inputs), batch_size):
+            children = self.ready.child_capsules(inputs[start : start + batch_size], training=False)
+            outputs, c = self.ready.class_capsules(children, return_coefficients=True)
+            parts.append([keras.ops.convert_to_numpy(t) for t in [c, *keras.tree.flatten(outputs)]])
+        keys = [f"c|{name}", f"o0|{name}", f"o1|{name}"]
+        return {key: np.concatenate(arrays) for key, arrays in zip(keys, zip(*parts))}
+
+
+def _is_ready_classifier(model):
+    return callable(getattr(model, "child_capsules", None)) and isinstance(
+        getattr(model, "class_capsules", None), ROUTED_LAYERS
+    )
 
 
 def _layer_statistics(layer, values, name, labels, threshold):

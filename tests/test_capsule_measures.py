@@ -9,6 +9,7 @@ import pytest
 import keras_capsules as kc
 from keras_capsules import capsule_measures as measures
 from keras_capsules import diagnostics
+from tests.models.builders import tiny_capsnet
 
 RNG = np.random.default_rng(0)
 
@@ -123,5 +124,22 @@ def test_statistics_need_a_graph_model():
         def call(self, x):
             return x
 
-    with pytest.raises(ValueError, match="functional and built Sequential"):
+    with pytest.raises(ValueError, match="functional and built Sequential models, and the ready"):
         diagnostics.capsule_statistics(Sub(), np.zeros((1, 2)))
+
+
+def test_a_ready_classifier_gives_its_class_capsules():
+    keras.utils.set_random_seed(0)
+    model = tiny_capsnet()
+    x = RNG.uniform(size=(5, 20, 20, 1)).astype("float32")
+    stats = diagnostics.capsule_statistics(model, x, labels=[0, 1, 2, 0, 1], batch_size=2)
+    c = keras.ops.convert_to_numpy(model.routing_coefficients(x))
+    assert list(stats) == ["class_capsules"]
+    row = stats["class_capsules"]
+    assert row["coefficient_entropy"] == pytest.approx(measures.normalized_entropy(c), abs=1e-6)
+    # The class capsules' activations are their lengths (the scores up to
+    # the epsilon of Length's square root).
+    scores = keras.ops.convert_to_numpy(model.predict(x, verbose=0))
+    lengths = np.sqrt(np.maximum(scores.astype("float64") ** 2 - 1e-7, 0.0))
+    assert row["activation_mean"] == pytest.approx(row["pose_length_mean"], rel=1e-9)
+    assert row["activation_mean"] == pytest.approx(float(lengths.mean()), rel=1e-2, abs=1e-6)

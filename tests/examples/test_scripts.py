@@ -688,3 +688,15 @@ def test_multilabel_shapes_labels_match_the_images():
     # An image without objects is noise only (below 0.2); each object
     # draws pixels of 1.
     assert images[numbers == 0].max() < 0.2 and images[numbers > 0].max() == 1.0
+
+
+def test_monitor_logs_the_routed_layers_and_draws_them(tmp_path):
+    """--monitor: CapsuleMonitor on the held-out images, its measures as
+    training_log.csv columns, its figures beside the others."""
+    tiny_run(tmp_path, "--monitor", "--validation-fraction", "0.25")
+    with open(tmp_path / "training_log.csv") as f:
+        header = f.readline().strip().split(",")
+    assert "capsules/class_capsules/starved_fraction" in header
+    assert "capsules/class_capsules/coefficient_entropy" in header
+    for figure in ("capsule_monitor.png", "capsule_monitor_routing.png"):
+        assert (tmp_path / figure).stat().st_size > 0
