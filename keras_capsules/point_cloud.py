@@ -84,7 +84,7 @@ def _majority_sign(projections):
     return ops.cast(ops.where(side < 0, -1.0, 1.0), projections.dtype)
 
 
-def local_reference_frames(points, num_neighbors, mask=None):
+def local_reference_frames(points, num_neighbors, mask=None, closed_form=False):
     """A rotation for each point that turns with the cloud: its local
     reference frame.
 
@@ -117,6 +117,8 @@ def local_reference_frames(points, num_neighbors, mask=None):
             made from kept points only (a dropped point gets a frame too,
             from its kept neighbours, around its own coordinates: NaN if
             those are not finite; no kept point's frame uses it).
+        closed_form: the eigenvectors in closed form (`keras_capsules.small_eigen`,
+            which XLA fuses) instead of `keras.ops.eigh`.
 
     Returns:
         rotation matrices `(batch, n, 3, 3)`, the axes `x, y, z` as columns.
@@ -138,6 +140,38 @@ def local_reference_frames(points, num_neighbors, mask=None):
     points = ops.stop_gradient(_upcast(points)[0])
     neighbors = gather(points, nearest_neighbors(points, points, num_neighbors, mask))
     offsets = neighbors - points[:, :, None, :]
+    if closed_form:
+        finite, e_min, e_max = _axes_closed_form(offsets)
+    else:
+        finite, e_min, e_max = _axes_by_eigh(offsets, num_neighbors)
+    kept_finite = ops.all(ops.isfinite(points), axis=-1)
+    if mask is not None:
+        kept_finite = ops.logical_or(kept_finite, ops.logical_not(ops.cast(mask, "bool")))
+    valid = ops.logical_and(finite, ops.all(kept_finite, axis=1, keepdims=True))
+    x = e_max * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_max))[..., None]
+    z = e_min * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_min))[..., None]
+    frames = ops.stack([x, _cross(z, x), z], axis=-1)
+    frames = ops.where(valid[..., None, None], frames, ops.cast(float("nan"), frames.dtype))
+    return ops.stop_gradient(frames)
+
+
+def _axes_by_eigh(offsets, num_neighbors):
+    """`(finite, e_min, e_max)` of the offsets' covariances, by `eigh`."""
+    covariance = ops.einsum("bnki,bnkj->bnij", offsets, offsets) / num_neighbors
+    # A non-finite covariance would make `eigh` fail for the whole batch on
+    # some backends: the identity goes in its place, and NaN frames come out
+    # for its point and for every point of a cloud with a non-finite kept
+    # point (its neighbourhoods are not defined).
+    finite = ops.all(ops.isfinite(covariance), axis=(-2, -1))  # (b, n)
+    identity = ops.eye(3, dtype=covariance.dtype)
+    covariance = ops.where(finite[..., None, None], covariance, identity)
+    _, vectors = ops.eigh(covariance)  # ascending eigenvalues
+    return finite, vectors[..., :, 0], vectors[..., :, 2]
+
+
+def _axes_closed_form(offsets):
+    """`(finite, e_min, e_max)` of the offsets' covariances, by
+    `small_eigen` (XLA fuses it)."""
     # The covariance's 6 distinct entries, each its own tensor (as
     # `small_eigen` takes them; the scale does not matter).
     d = ops.unstack(offsets, 3, axis=-1)
@@ -149,10 +183,6 @@ def local_reference_frames(points, num_neighbors, mask=None):
     # out for its point and for every point of a cloud with a non-finite
     # kept point (its neighbourhoods are not defined).
     finite = ops.isfinite(sum(x for row in covariance for x in row))  # (b, n)
-    kept_finite = ops.all(ops.isfinite(points), axis=-1)
-    if mask is not None:
-        kept_finite = ops.logical_or(kept_finite, ops.logical_not(ops.cast(mask, "bool")))
-    valid = ops.logical_and(finite, ops.all(kept_finite, axis=1, keepdims=True))
     trace = covariance[0][0] + covariance[1][1] + covariance[2][2]
     usable = finite & (trace > 0)
     scale = ops.where(usable, trace, 1.0)
@@ -169,8 +199,4 @@ def local_reference_frames(points, num_neighbors, mask=None):
     # Exactly orthogonal to e_max (float32 eigenvectors are to ~1e-7).
     e_min = e_min - ops.sum(e_min * e_max, axis=-1, keepdims=True) * e_max
     e_min = e_min / ops.sqrt(ops.sum(e_min * e_min, axis=-1, keepdims=True) + 1e-30)
-    x = e_max * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_max))[..., None]
-    z = e_min * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_min))[..., None]
-    frames = ops.stack([x, _cross(z, x), z], axis=-1)
-    frames = ops.where(valid[..., None, None], frames, ops.cast(float("nan"), frames.dtype))
-    return ops.stop_gradient(frames)
+    return finite, e_min, e_max

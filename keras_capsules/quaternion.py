@@ -16,6 +16,10 @@ from keras import ops
 from keras_capsules import small_eigen
 from keras_capsules.ops import _upcast
 
+# Eigenvalue gaps below this fraction of the largest eigenvalue count as
+# ties in the gradient of `weighted_mean` by `eigh`.
+_TIE = 1e-6
+
 # `angular_distance` clips |<q, r>| below 1: the arccosine's slope is
 # infinite at 1 (Zhao et al. clip at the same value).
 _MAX_COSINE = 0.9999
@@ -165,31 +169,36 @@ def _positive_real(q):
     return ops.where(lead[..., None] < 0, -q, q)
 
 
-def weighted_mean(q, weights):
+def weighted_mean(q, weights, closed_form=False):
     """The weighted mean rotation of quaternions `q (..., n, 4)`.
 
     The quaternion of largest `sum_i weights_i (q_i . m)^2` over unit `m`:
     the eigenvector of the largest eigenvalue of the scatter matrix
-    `M = sum_i weights_i q_i q_i^T` (Markley et al., 2007), found in closed
-    form (`keras_capsules.small_eigen`: Newton's method on the
-    characteristic polynomial, then inverse iteration), which XLA fuses;
-    it agrees with `eigh` to float32 accuracy. It does not depend on the
+    `M = sum_i weights_i q_i q_i^T` (Markley et al., 2007), by
+    `keras.ops.eigh`, or with `closed_form=True` by the closed form of
+    `keras_capsules.small_eigen`, which XLA fuses (6x faster than `eigh` on
+    CPU, but slower to compile; without XLA no faster). The two agree to
+    float32 accuracy. It does not depend on the
     signs of the `q_i`, and it rotates with them: `weighted_mean(r q, w) =
     r weighted_mean(q, w)` (up to sign) for any unit `r`. Returned with
     `w >= 0`; zero weights give the identity; NaN or Inf quaternions or
     weights give NaN (for their mean only).
 
     The gradient is the eigenvector's first-order perturbation, `dm =
-    (lambda I - M)^+ dM m`, with the pseudo-inverse taken on the
-    complement of `m` as the inverse of `lambda I - M + lambda m m^T`
-    (from its adjugate). Where the top eigenvalue is not unique (no
-    defined mean) the gradient fades to 0 instead of growing without
-    bound: it is scaled by `det^2 / (det^2 + (1e-6 lambda^4)^2)` of that
-    matrix. Computed in float32 for half inputs.
+    (lambda I - M)^+ dM m` (the backends' own `eigh` gradients divide by
+    the gaps between *all* eigenvalues, which are 0, a NaN gradient,
+    whenever fewer than four distinct quaternions are averaged). Where the
+    top eigenvalue is not unique (no defined mean) the gradient does not
+    grow without bound: with `eigh`, directions whose gap is below `1e-6
+    lambda` contribute nothing; in closed form, where the pseudo-inverse
+    is the adjugate of `lambda I - M + lambda m m^T` over its determinant,
+    it is scaled by `det^2 / (det^2 + (1e-6 lambda^4)^2)`. Computed in
+    float32 for half inputs.
 
     Args:
         q: quaternions `(..., n, 4)`.
         weights: non-negative weights `(..., n)`.
+        closed_form: the closed form instead of `eigh`.
 
     Returns:
         unit quaternions `(..., 4)`, in the dtype of `q`.
@@ -206,6 +215,34 @@ def weighted_mean(q, weights):
     """
     q, original = _upcast(q)
     weights = ops.cast(weights, q.dtype)
+    mean = _mean_closed_form(q, weights) if closed_form else _mean_by_eigh(q, weights)
+    return ops.cast(mean, original)
+
+
+def _mean_by_eigh(q, weights):
+    # Matmuls, not einsums: TensorFlow's einsum of this layout is 8x slower.
+    scatter = ops.matmul(ops.swapaxes(q * weights[..., None], -1, -2), q)
+    # A non-finite scatter (NaN or Inf quaternions or weights) would make
+    # `eigh` fail for the whole batch on some backends: the identity goes
+    # in its place, and its mean comes out NaN.
+    finite = ops.all(ops.isfinite(scatter), axis=(-2, -1))[..., None]
+    fixed = ops.where(finite[..., None], ops.stop_gradient(scatter), ops.eye(4, dtype=q.dtype))
+    values, vectors = ops.eigh(fixed)  # ascending eigenvalues: the last column
+    top = vectors[..., :, -1]
+    gaps = values[..., -1:] - values
+    tie = _TIE * ops.maximum(values[..., -1:], 1e-30)
+    inverse_gaps = ops.where(gaps > tie, 1.0 / ops.where(gaps > tie, gaps, 1.0), 0.0)
+    # Zero in value, the first-order change of `top` in gradient.
+    change = ops.matmul(scatter - fixed, top[..., None])
+    along = inverse_gaps[..., None] * ops.matmul(ops.swapaxes(vectors, -1, -2), change)
+    top = top + ops.matmul(vectors, along)[..., 0]
+    identity = ops.convert_to_tensor([1.0, 0.0, 0.0, 0.0], dtype=q.dtype)
+    empty = values[..., -1:] <= 0
+    mean = _positive_real(ops.where(empty, identity, top))
+    return ops.where(finite, mean, ops.cast(float("nan"), q.dtype))
+
+
+def _mean_closed_form(q, weights):
     # The scatter's 10 distinct entries, each its own tensor (as
     # `small_eigen` takes them): sums over n, which every backend fuses or
     # vectorises, where a batch of 4x4 matmuls runs one small product at a
@@ -246,8 +283,7 @@ def weighted_mean(q, weights):
     top = top + gain[..., None] * ops.stack(along, axis=-1)
     identity = ops.convert_to_tensor([1.0, 0.0, 0.0, 0.0], dtype=q.dtype)
     mean = _positive_real(ops.where(empty[..., None], identity, top))
-    mean = ops.where(finite[..., None], mean, ops.cast(float("nan"), q.dtype))
-    return ops.cast(mean, original)
+    return ops.where(finite[..., None], mean, ops.cast(float("nan"), q.dtype))
 
 
 def angular_distance(q, r):

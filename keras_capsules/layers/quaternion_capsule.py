@@ -150,7 +150,9 @@ class QuaternionCapsule(RoutedCapsule):
         offsets, poses, activations = (ops.cast(t, dtype) for t in inputs)
         # Each type's mean rotation over the patch: (batch, patches, in, 4).
         means = quaternion.weighted_mean(
-            ops.transpose(poses, (0, 1, 3, 2, 4)), ops.transpose(activations, (0, 1, 3, 2))
+            ops.transpose(poses, (0, 1, 3, 2, 4)),
+            ops.transpose(activations, (0, 1, 3, 2)),
+            closed_form=getattr(self.router, "closed_form", False),  # as its router's
         )
         # The offsets seen from each type's mean frame: rotation-invariant.
         local = quaternion.rotate(quaternion.conjugate(means)[:, :, None], offsets[:, :, :, None])

@@ -45,6 +45,11 @@ class QuaternionRouting(Router):
 
     Args:
         iterations: int, routing iterations, `>= 1`.
+        closed_form: find the means' eigenvectors in closed form
+            (`keras_capsules.small_eigen`) instead of `keras.ops.eigh`: under
+            XLA (JAX, TensorFlow with `jit_compile=True`) 4-6x faster per
+            step, but XLA takes several times longer to compile it; without
+            XLA no faster. The results agree to float32 accuracy.
         **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Call arguments:
@@ -72,8 +77,9 @@ class QuaternionRouting(Router):
     pose_kinds = ("quaternion",)
     pose_length = "kept"  # unit quaternions: rotations, not lengths
 
-    def __init__(self, iterations=3, **kwargs):
+    def __init__(self, iterations=3, closed_form=False, **kwargs):
         super().__init__(**kwargs)
+        self.closed_form = bool(closed_form)
         self.iterations = positive_int(iterations, "iterations")
 
     def build(self, votes_shape, activations_shape=None):
@@ -99,7 +105,9 @@ class QuaternionRouting(Router):
             last = iteration == self.iterations - 1
             v = parent_major if last else stopped
             weights = c / (ops.sum(c, axis=1, keepdims=True) + 1e-7)
-            poses = quaternion.weighted_mean(v, ops.transpose(weights, (0, 2, 1)))
+            poses = quaternion.weighted_mean(
+                v, ops.transpose(weights, (0, 2, 1)), closed_form=self.closed_form
+            )
             if not last:
                 distance = quaternion.angular_distance(poses[:, :, None], stopped)
                 c = c * a * (1.0 - ops.transpose(distance, (0, 2, 1)))
@@ -119,5 +127,5 @@ class QuaternionRouting(Router):
 
     def get_config(self):
         config = super().get_config()
-        config.update(iterations=self.iterations)
+        config.update(iterations=self.iterations, closed_form=self.closed_form)
         return config

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from keras_capsules.models import QuaternionCapsuleClassifier
+from keras_capsules.routing import QuaternionRouting
 from tests.models.test_point_capsnet import shapes
 from tests.parity.cases_quaternion import unit_clusters
 from tests.reference import quaternion as ref
@@ -96,3 +97,17 @@ def test_padded_clouds_with_their_mask_give_the_unpadded_scores():
         scores, poses = forward(classifier, points, mask=m, return_poses=True)
         np.testing.assert_allclose(to_numpy(scores), expected, atol=1e-5)
         assert np.all(np.isfinite(to_numpy(poses)))
+
+
+def test_closed_form_eigenvectors_give_the_eigh_scores():
+    # QuaternionRouting(closed_form=True): the means and the local frames
+    # in closed form; the same scores and poses, and it is saved.
+    points = ellipsoids(2, 64, np.random.default_rng(3))
+    by_eigh = model()
+    closed = model(router=QuaternionRouting(3, closed_form=True))
+    closed.set_weights(by_eigh.get_weights())
+    expected = [to_numpy(t) for t in forward(by_eigh, points, return_poses=True)]
+    got = [to_numpy(t) for t in forward(closed, points, return_poses=True)]
+    np.testing.assert_allclose(got[0], expected[0], atol=1e-5)
+    assert ref.error_up_to_sign(got[1], expected[1]) < 1e-4
+    assert closed.frames.closed_form and closed.get_config()["router"]["config"]["closed_form"]

@@ -55,6 +55,29 @@ for _iterations in (1, 3):
         )
 
 
+# The closed-form means (keras_capsules.small_eigen) against the same
+# float64 reference as eigh's.
+register(
+    Case(
+        name="quaternion-routing-i3-activations-closed-form",
+        inputs=lambda rng: _routing_inputs(rng, True),
+        build=lambda: keras_capsules.routing.QuaternionRouting(3, closed_form=True),
+        reference=lambda a: list(
+            ref.quaternion_routing(a["votes"], a["activations"], a["alpha"], a["beta"], 3)
+        ),
+        grad_reference=lambda a, a0: list(
+            ref.quaternion_routing(
+                a["votes"], a["activations"], a["alpha"], a["beta"], 3, a0["votes"]
+            )
+        ),
+        forward=lambda layer, t: list(
+            stateless(layer, t, t["votes"], t["activations"], return_coefficients=True)
+        ),
+        diff=("votes", "alpha", "beta", "activations"),
+    )
+)
+
+
 def _capsule_inputs(rng):
     return {
         "offsets": rng.normal(size=(2, 3, 5, 3)),
@@ -104,6 +127,19 @@ register(
         name="local-reference-frames",
         inputs=_surface_points,
         build=lambda: keras_capsules.layers.LocalReferenceFrames(10),
+        reference=lambda a: [
+            ref.positive_real(ref.from_rotation_matrix(ref.local_reference_frames(a["points"], 10)))
+        ],
+        forward=lambda layer, t: [layer(t["points"])],
+    )
+)
+
+
+register(
+    Case(
+        name="local-reference-frames-closed-form",
+        inputs=_surface_points,
+        build=lambda: keras_capsules.layers.LocalReferenceFrames(10, closed_form=True),
         reference=lambda a: [
             ref.positive_real(ref.from_rotation_matrix(ref.local_reference_frames(a["points"], 10)))
         ],
