@@ -2,7 +2,8 @@
 
 usage: python benchmarks/quaternion_speed.py [--backends tensorflow,torch,jax]
            [--batch 32] [--points 256] [--classes 4] [--repeats 5]
-           [--warmup 2] [--timeout 1800] [--json out.json]
+           [--warmup 2] [--timeout 1800] [--closed-form] [--jit-compile]
+           [--json out.json]
 
 `keras_capsules.models.QuaternionCapsuleClassifier` at its documented
 settings (16 primary capsule types on 64 patches of 16 points, local
@@ -14,6 +15,11 @@ compiled with its defaults (the classifier's `compile()`; Adam and sparse
 cross-entropy for the PointNet), train on `--batch` random clouds of
 `--points` points with `train_on_batch`. Keras's default compilation: a
 `tf.function` on TensorFlow, XLA on JAX, eager torch.
+
+`--closed-form` routes with `QuaternionRouting(closed_form=True)` (means
+and local frames by `keras_capsules.small_eigen` instead of `eigh`);
+`--jit-compile` compiles both models with `jit_compile=True` (XLA on
+TensorFlow too).
 
 Both models train in one worker process per backend (benchmarks/harness.py),
 their steps alternating within each repeat (`harness.time_interleaved`), so
@@ -42,8 +48,9 @@ DOCS_SETTINGS = dict(primary_capsules=16, num_patches=64, patch_size=16, frame_n
 LABELS = {"tensorflow": "TensorFlow, tf.function", "torch": "torch, eager", "jax": "JAX, jit"}
 
 
-def compiled(fn, backend):
-    """`fn` compiled as Keras compiles a training step by default."""
+def compiled(fn, backend, xla=False):
+    """`fn` compiled as Keras compiles a training step by default (with
+    `xla`: XLA on TensorFlow too)."""
     if backend == "jax":
         import jax
 
@@ -51,7 +58,7 @@ def compiled(fn, backend):
     if backend == "tensorflow":
         import tensorflow as tf
 
-        return tf.function(fn)
+        return tf.function(fn, jit_compile=xla)
     return fn
 
 
@@ -84,7 +91,7 @@ def gradient_of(fn, backend):
     return value_and_grad
 
 
-def pointnet(num_classes):
+def pointnet(num_classes, jit_compile="auto"):
     import keras
 
     model = keras.Sequential(
@@ -101,6 +108,7 @@ def pointnet(num_classes):
     model.compile(
         optimizer="adam",
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=jit_compile,
     )
     return model
 
@@ -119,9 +127,11 @@ def worker(config):
     batch, points_per_cloud = config["batch"], config["points"]
     points = rng.normal(size=(batch, points_per_cloud, 3)).astype("float32")
     labels = rng.integers(0, config["classes"], batch)
-    model = kc.models.QuaternionCapsuleClassifier(config["classes"], **DOCS_SETTINGS)
-    model.compile()
-    baseline = pointnet(config["classes"])
+    router = kc.routing.QuaternionRouting(closed_form=config["closed_form"])
+    model = kc.models.QuaternionCapsuleClassifier(config["classes"], router=router, **DOCS_SETTINGS)
+    jit = True if config["jit_compile"] else "auto"
+    model.compile(jit_compile=jit)
+    baseline = pointnet(config["classes"], jit)
 
     def step(m):
         return lambda x: (m.train_on_batch(x, labels),)
@@ -151,9 +161,12 @@ def worker(config):
         return (model.frames(x),)
 
     def means(q):
-        return (kc.quaternion.weighted_mean(q, means_w),)
+        return (kc.quaternion.weighted_mean(q, means_w, closed_form=config["closed_form"]),)
 
-    means_grad = gradient_of(lambda q: kc.quaternion.weighted_mean(q, means_w), backend)
+    means_grad = gradient_of(
+        lambda q: kc.quaternion.weighted_mean(q, means_w, closed_form=config["closed_form"]),
+        backend,
+    )
 
     def routing(v):
         return (router(v)[0],)
@@ -162,11 +175,11 @@ def worker(config):
         return (model(x),)
 
     parts = {
-        "frames": (compiled(frames, backend), x),
-        "means": (compiled(means, backend), means_q),
-        "means + gradient": (compiled(means_grad, backend), means_q),
-        "routing": (compiled(routing, backend), votes),
-        "forward": (compiled(forward, backend), x),
+        "frames": (compiled(frames, backend, config["jit_compile"]), x),
+        "means": (compiled(means, backend, config["jit_compile"]), means_q),
+        "means + gradient": (compiled(means_grad, backend, config["jit_compile"]), means_q),
+        "routing": (compiled(routing, backend, config["jit_compile"]), votes),
+        "forward": (compiled(forward, backend, config["jit_compile"]), x),
     }
     for name, (fn, arg) in parts.items():
         timings.update(
@@ -199,6 +212,10 @@ def print_report(rows, args):
     cells = []
     for row in rows:
         label = LABELS[row["backend"]]
+        if args.jit_compile and row["backend"] == "tensorflow":
+            label = "TensorFlow, XLA"
+        if args.closed_form:
+            label += ", closed form"
         if "error" in row:
             cells.append([label, f"failed: {row['error']}"])
             continue
@@ -221,6 +238,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--closed-form", action="store_true")
+    parser.add_argument("--jit-compile", action="store_true")
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.worker:
@@ -231,7 +250,8 @@ def main():
     for backend in args.backends.split(","):
         config = dict(
             backend=backend, batch=args.batch, points=args.points, classes=args.classes,
-            repeats=args.repeats, warmup=args.warmup,
+            repeats=args.repeats, warmup=args.warmup, closed_form=args.closed_form,
+            jit_compile=args.jit_compile,
         )  # fmt: skip
         harness.log(f"{backend}: quaternion classifier and PointNet steps, parts")
         result, error = harness.measure(__file__, config, timeout=args.timeout)
