@@ -9,6 +9,7 @@ and `kc` (also as `keras_capsules`), like the module's own imports would.
 
 import doctest
 import importlib
+import os
 import pkgutil
 
 import keras
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 import keras_capsules
+from tests.conftest import one_backend
 
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -74,12 +76,19 @@ def test_public_class_documents_its_interface(cls):
 MODEL_EXAMPLES = "keras_capsules.models."
 
 
+# The other examples run on one backend per suite run (by a hash of their
+# name, as the doc snippets: tests/conftest.py), whose code every backend's
+# own tests run; ON_EVERY_BACKEND=1 runs them on every backend.
 @pytest.mark.parametrize("test", DOCSTRING_TESTS, ids=lambda t: t.name)
 def test_docstring_example(test):
     if keras.backend.backend() != "torch" and test.name.startswith(MODEL_EXAMPLES):
         pytest.skip(
             "a ready model's example: run on torch; the model on every backend in tests/models"
         )
+    mine = one_backend(test.name)
+    if not os.environ.get("ON_EVERY_BACKEND") and not test.name.startswith(MODEL_EXAMPLES):
+        if keras.backend.backend() != mine:
+            pytest.skip(f"runs on {mine} (ON_EVERY_BACKEND=1: on every backend)")
     if any("import keras_hub" in e.source for e in test.examples):
         pytest.importorskip("keras_hub", reason="the example needs keras-hub")
     keras.utils.set_random_seed(0)

@@ -473,6 +473,7 @@ def test_step_log_recovers_each_steps_value(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 0
 
 
+@pytest.mark.one_backend
 def test_validation_fraction_zero_trains_without_validation(tmp_path):
     jit = ["--jit-compile", "false"] if BACKEND == "tensorflow" else []  # XLA: seconds more
     metrics = tiny_run(tmp_path, "--validation-fraction", "0", *jit)

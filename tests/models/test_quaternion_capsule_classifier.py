@@ -99,6 +99,9 @@ def test_padded_clouds_with_their_mask_give_the_unpadded_scores():
         assert np.all(np.isfinite(to_numpy(poses)))
 
 
+# Every backend's closed form meets the float64 references in the parity
+# cases; the whole model on one backend per suite run.
+@pytest.mark.one_backend
 def test_closed_form_eigenvectors_give_the_eigh_scores():
     # QuaternionRouting(closed_form=True): the means and the local frames
     # in closed form; the same scores and poses, and it is saved.
