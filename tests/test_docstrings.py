@@ -1,5 +1,6 @@
 """Every `>>>` example in the docstrings of `keras_capsules` runs and prints
-what it shows, on the current backend (the suite runs once per backend).
+what it shows: each on one backend per suite run, by a hash of its name
+(`ON_EVERY_BACKEND=1`: on every backend), the ready models' on torch.
 
 Examples print backend-neutral values (`tuple(x.shape)`, NumPy arrays via
 `keras.ops.convert_to_numpy`), so one docstring holds on every backend.
