@@ -174,23 +174,14 @@ def _axes_closed_form(offsets):
     `small_eigen` (XLA fuses it)."""
     # The covariance's 6 distinct entries, each its own tensor (as
     # `small_eigen` takes them; the scale does not matter).
-    d = ops.unstack(offsets, 3, axis=-1)
-    covariance = [[None] * 3 for _ in range(3)]
-    for i in range(3):
-        for j in range(i, 3):
-            covariance[i][j] = covariance[j][i] = ops.sum(d[i] * d[j], axis=-1)
+    covariance = small_eigen.scatter(ops.unstack(offsets, 3, axis=-1))
     # A non-finite covariance stands in as the identity, and NaN frames come
     # out for its point and for every point of a cloud with a non-finite
     # kept point (its neighbourhoods are not defined).
     finite = ops.isfinite(sum(x for row in covariance for x in row))  # (b, n)
     trace = covariance[0][0] + covariance[1][1] + covariance[2][2]
-    usable = finite & (trace > 0)
-    scale = ops.where(usable, trace, 1.0)
     # Trace 1 (a third of the identity where all neighbours coincide).
-    a = [
-        [ops.where(usable, x / scale, float(i == j) / 3.0) for j, x in enumerate(row)]
-        for i, row in enumerate(covariance)
-    ]
+    a = small_eigen.trace_normalized(covariance, finite & (trace > 0))
     # e_min: the top eigenvector of (I - a) / 2, whose eigenvalues are
     # (1 - those of a) / 2, trace 1.
     flipped = [[(float(i == j) - x) / 2.0 for j, x in enumerate(row)] for i, row in enumerate(a)]

@@ -247,12 +247,9 @@ def _mean_closed_form(q, weights):
     # `small_eigen` takes them): sums over n, which every backend fuses or
     # vectorises, where a batch of 4x4 matmuls runs one small product at a
     # time (XLA on CPU: 4x slower).
-    components = ops.unstack(ops.stop_gradient(q), 4, axis=-1)
-    weighted = [ops.stop_gradient(weights) * c for c in components]
-    scatter = [[None] * 4 for _ in range(4)]
-    for i in range(4):
-        for j in range(i, 4):
-            scatter[i][j] = scatter[j][i] = ops.sum(weighted[i] * components[j], axis=-1)
+    scatter = small_eigen.scatter(
+        ops.unstack(ops.stop_gradient(q), 4, axis=-1), ops.stop_gradient(weights)
+    )
     # A non-finite scatter (NaN or Inf quaternions or weights) stands in
     # as the identity, and its mean comes out NaN.
     finite = ops.isfinite(sum(x for row in scatter for x in row))
@@ -260,10 +257,7 @@ def _mean_closed_form(q, weights):
     empty = trace <= 0
     scale = ops.where(empty, 1.0, trace)
     # Trace 1; a quarter of the identity where there is nothing to average.
-    normalized = [
-        [ops.where(finite & ~empty, x / scale, 0.25 * float(i == j)) for j, x in enumerate(row)]
-        for i, row in enumerate(scatter)
-    ]
+    normalized = small_eigen.trace_normalized(scatter, finite & ~empty)
     value, top = small_eigen.top_eigenpair(normalized)
     # (lambda I - A)^+ on the complement of `top`: the inverse of
     # B = lambda (I + top top^T) - A, from its adjugate.

@@ -44,6 +44,31 @@ def stack(rows):
     return ops.stack([ops.stack(row, axis=-1) for row in rows], axis=-2)
 
 
+def scatter(components, weights=None):
+    """The entries of `sum_k w_k v_k v_k^T` over the last axis of the n
+    component tensors `v[i] (..., k)` (weights `w (..., k)`, or ones):
+    the symmetric matrix's distinct entries, each summed once."""
+    weighted = components if weights is None else [weights * c for c in components]
+    n = len(components)
+    rows = [[None] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(i, n):
+            rows[i][j] = rows[j][i] = ops.sum(weighted[i] * components[j], axis=-1)
+    return rows
+
+
+def trace_normalized(a, usable):
+    """`a` over its trace where `usable` (booleans of the batch's shape),
+    `I / n` elsewhere: the trace-1 matrices `top_eigenpair` takes."""
+    n = len(a)
+    trace = sum(a[i][i] for i in range(n))
+    scale = ops.where(usable, trace, 1.0)
+    return [
+        [ops.where(usable, x / scale, float(i == j) / n) for j, x in enumerate(row)]
+        for i, row in enumerate(a)
+    ]
+
+
 def adjugate(a):
     """The adjugate and determinant of a symmetric 3x3 or 4x4 matrix
     (entries): `adjugate(a) @ a = det(a) I`."""
