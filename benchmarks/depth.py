@@ -3,7 +3,7 @@ starved capsules, routing entropy and gradient norms per layer.
 
 usage: python benchmarks/depth.py [--mnist mnist.npz] [--depths 1,2,3,5,8]
            [--routers dynamic,em,...] [--train 6000] [--test 2000]
-           [--epochs 2] [--batch 64] [--seed 0] [--residual]
+           [--epochs 2] [--batch 64] [--seed 0] [--residual] [--calibrate]
            [--json out.json] [--figure depth.png]
 
 Runs on the current backend (`KERAS_BACKEND`). `--mnist` is an `.npz`
@@ -17,7 +17,10 @@ layer routed by the router under test (its defaults), trained with Adam
 (1e-3) and the margin loss for `--epochs` on the first `--train` training
 digits, the same budget at every depth. With `--residual` each hidden
 layer's output is added to its input (same shape: 16 capsules of 8, the
-first hidden layer excepted), the skip connection of DeepCaps.
+first hidden layer excepted), the skip connection of DeepCaps. With
+`--calibrate` the routed layers' transforms are rescaled before training
+so that each layer's capsules start at length 0.5 on 256 training digits
+(`keras_capsules.calibration.calibrate`).
 
 Per run: test accuracy on the first `--test` test digits, and per routed
 layer (`keras_capsules.diagnostics.capsule_statistics` on 256 test digits)
@@ -99,6 +102,8 @@ def run(depth, router, data, args):
     x, y, xt, yt = data
     keras.utils.set_random_seed(args.seed)
     model = build(depth, router, args.residual)
+    if args.calibrate:
+        kc.calibration.calibrate(model, x[:256])
     model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=kc.MarginLoss(), metrics=["accuracy"])
     start = time.perf_counter()
     history = model.fit(
@@ -119,6 +124,7 @@ def run(depth, router, data, args):
     }
     return {
         "depth": depth, "router": router, "residual": args.residual,
+        "calibrate": args.calibrate,
         "test_accuracy": float(accuracy), "final_loss": float(history["loss"][-1]),
         "first_loss": float(history["loss"][0]), "train_seconds": seconds, "layers": layers,
     }  # fmt: skip
@@ -177,6 +183,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--residual", action="store_true")
+    parser.add_argument("--calibrate", action="store_true")
     parser.add_argument("--json", default=None)
     parser.add_argument("--figure", default=None)
     args = parser.parse_args(argv)

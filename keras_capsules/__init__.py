@@ -20,6 +20,7 @@ Example (32 capsules of dimension 8 routed to 10 capsules of dimension 16):
 __version__ = "0.3.0"
 
 from keras_capsules import (
+    calibration,
     callbacks,
     capsule_measures,
     convert,
