@@ -25,7 +25,8 @@ so that each layer's capsules start at length 0.5 on 256 training digits
 Per run: test accuracy on the first `--test` test digits, and per routed
 layer (`keras_capsules.diagnostics.capsule_statistics` on 256 test digits)
 the starved fraction (parents below 0.01 for every digit), the
-coefficient entropy (1: even), the mean activation, and the norm of the
+coefficient entropy (1: even), the mean activation, how much the last
+routing iteration moved the coefficients (`coefficient_change`), and the norm of the
 loss's gradient for the layer's weights on one batch of 64 (one step of
 SGD at learning rate 1 from the trained weights, undone).
 """
@@ -111,13 +112,16 @@ def run(depth, router, data, args):
     ).history
     seconds = time.perf_counter() - start
     accuracy = model.evaluate(xt, np.eye(10)[yt], batch_size=256, verbose=0)[1]
-    stats = kc.diagnostics.capsule_statistics(model, xt[:256], yt[:256], batch_size=64)
+    stats = kc.diagnostics.capsule_statistics(
+        model, xt[:256], yt[:256], batch_size=64, iteration_change=True
+    )
     norms = gradient_norms(model, xt[:64], np.eye(10)[yt[:64]])
     layers = {
         name: {
             "starved_fraction": row["starved_fraction"],
             "coefficient_entropy": row["coefficient_entropy"],
             "activation_mean": row["activation_mean"],
+            "coefficient_change": row["coefficient_change"],
             "gradient_norm": norms.get(name, float("nan")),
         }
         for name, row in stats.items()

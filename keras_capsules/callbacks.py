@@ -4,7 +4,7 @@ import keras
 
 from keras_capsules.diagnostics import StatisticsProbe, routing_figure
 from keras_capsules.losses import SpreadLoss
-from keras_capsules.validation import positive_float, positive_int
+from keras_capsules.validation import boolean, positive_float, positive_int
 
 
 class SpreadLossMarginScheduler(keras.callbacks.Callback):
@@ -145,6 +145,9 @@ class CapsuleMonitor(keras.callbacks.Callback):
             measured epochs included).
         figure_path: where to save the figure at the end of training, or
             `None`.
+        iteration_change: bool, also log `coefficient_change`, how much
+            each iterating router's last iteration moves its coefficients
+            (a second forward pass; `diagnostics.capsule_statistics`).
 
     Attributes:
         history: `{epoch: {layer: {measure: value}}}`, every measured epoch.
@@ -167,8 +170,11 @@ class CapsuleMonitor(keras.callbacks.Callback):
     Symptom of Deep Capsule Networks", 2023.
     """
 
-    def __init__(self, inputs, labels=None, threshold=0.01, every=1, figure_path=None):
+    def __init__(
+        self, inputs, labels=None, threshold=0.01, every=1, figure_path=None, iteration_change=False
+    ):
         super().__init__()
+        self.iteration_change = boolean(iteration_change, "iteration_change")
         self.inputs = inputs
         self.labels = labels
         self.threshold = positive_float(threshold, "threshold")
@@ -180,7 +186,7 @@ class CapsuleMonitor(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         if self._probe is None:
-            self._probe = StatisticsProbe(self.model)
+            self._probe = StatisticsProbe(self.model, self.iteration_change)
 
     def on_epoch_end(self, epoch, logs=None):
         last = self.params and epoch + 1 == self.params.get("epochs")

@@ -96,6 +96,23 @@ def coefficient_spread(coefficients):
     return float(np.mean(per_child(coefficients).std(axis=0)))
 
 
+def iteration_change(coefficients, previous):
+    """How much routing's last iteration moved the coefficients: each
+    child's total-variation distance between its distributions over the
+    parents after the last iteration and after the one before,
+    `0.5 * sum_j |p[b, i, j] - q[b, i, j]|`, averaged over inputs and
+    children. 0: routing had converged (or its last iteration changes
+    nothing); 1: every child moved all of its vote to other parents.
+    Both arrays `(batch, children, parents)`."""
+    p, q = per_child(coefficients), per_child(previous)
+    if p.shape != q.shape:
+        raise ValueError(
+            "`coefficients` and `previous` must have the same shape. "
+            f"Received: {p.shape} and {q.shape}"
+        )
+    return float(np.mean(0.5 * np.abs(p - q).sum(axis=-1)))
+
+
 def children_per_active_parent(coefficients, activations, threshold=0.01):
     """How many children choose each active parent (activation `>=
     threshold`) as their strongest, averaged over the active parents of

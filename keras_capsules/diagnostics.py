@@ -17,6 +17,7 @@ import numpy as np
 from keras_capsules import capsule_measures as measures
 from keras_capsules.layers.base_routed_capsule import RoutedCapsule
 from keras_capsules.layers.vector_routing import VectorRouting
+from keras_capsules.validation import boolean
 
 # The layers that take `return_coefficients=True` and then return
 # `(outputs, coefficients)`.
@@ -121,22 +122,25 @@ def _check_routed(model, coefficients):
         )
 
 
-def _outputs_and_coefficients(model):
+def _outputs_and_coefficients(model, back=0):
     """`(inputs, outputs, {name: coefficients}, {name: (layer, outputs)})`
     of the model's graph made again on its own layers, each routed layer
     (also inside nested functional and Sequential models) giving its
-    coefficients, and its outputs beside them."""
+    coefficients, and its outputs beside them. With `back=1`, the routers
+    that iterate stop one iteration early (the others run as they are)."""
     found, routed = {}, {}
 
     def call(layer, *args, **kwargs):
         if isinstance(layer, ROUTED_LAYERS):
-            outputs, coefficients = _WithCoefficients(layer)(*args, **kwargs)
+            outputs, coefficients = _WithCoefficients(layer, _fewer_iterations(layer, back))(
+                *args, **kwargs
+            )
             name = _add(found, layer.name, coefficients)
             routed[name] = (layer, outputs)
             return outputs
         if isinstance(layer, keras.Model) and _graph(layer) is not None:
             inner_inputs, inner_outputs, inner, inner_routed = _outputs_and_coefficients(
-                _graph(layer)
+                _graph(layer), back
             )
             if inner:
                 layer_outputs = {k: v for k, (_, v) in inner_routed.items()}
@@ -160,7 +164,9 @@ def _add(found, name, tensor):
     return name
 
 
-def capsule_statistics(model, inputs, labels=None, threshold=0.01, batch_size=32):
+def capsule_statistics(
+    model, inputs, labels=None, threshold=0.01, batch_size=32, iteration_change=False
+):
     """Activation and routing measures of every routed layer of a model, in
     one forward pass (`keras_capsules.capsule_measures`).
 
@@ -179,7 +185,13 @@ def capsule_statistics(model, inputs, labels=None, threshold=0.01, batch_size=32
     - `children_per_active_parent` and, with `labels`,
       `parent_consistency` (a child's strongest parent, the same across
       inputs of a class: 1);
-    - `pose_length_mean` and `pose_length_std`.
+    - `pose_length_mean` and `pose_length_std`;
+    - with `iteration_change=True`, `coefficient_change`: how much the
+      router's last iteration moved each child's coefficients (the
+      total-variation distance to those of the iteration before; 0:
+      converged), from a second forward pass with every iterating router
+      one iteration short; NaN for routers that do not iterate (or run one
+      iteration).
 
     `VectorRouting` has no activations (its outputs are normalised): its
     activation measures are NaN. For windowed layers the children of every
@@ -193,6 +205,8 @@ def capsule_statistics(model, inputs, labels=None, threshold=0.01, batch_size=32
             `parent_consistency`.
         threshold: the activation below which a parent is inactive.
         batch_size: the batch size of the forward pass.
+        iteration_change: bool, also measure `coefficient_change` (a
+            second forward pass).
 
     A ready classifier (`CapsNet`, `EfficientCapsNet`,
     `CapsuleImageClassifier`, ...) gives its class capsules' row.
@@ -215,7 +229,7 @@ def capsule_statistics(model, inputs, labels=None, threshold=0.01, batch_size=32
     AAAI 2023; Everett, Zhong & Leontidis, "Vanishing Activations: A
     Symptom of Deep Capsule Networks", 2023.
     """
-    return StatisticsProbe(model)(inputs, labels, threshold, batch_size)
+    return StatisticsProbe(model, iteration_change)(inputs, labels, threshold, batch_size)
 
 
 class StatisticsProbe:
@@ -226,7 +240,10 @@ class StatisticsProbe:
     weights.
 
     Args:
-        model: a functional or built `Sequential` model.
+        model: a functional or built `Sequential` model, or a ready
+            classifier.
+        iteration_change: bool, also measure `coefficient_change` (as for
+            `capsule_statistics`).
 
     Call arguments:
         inputs, labels, threshold, batch_size: as for `capsule_statistics`.
@@ -245,9 +262,11 @@ class StatisticsProbe:
     [(2, 6, 3)]
     """
 
-    def __init__(self, model):
+    def __init__(self, model, iteration_change=False):
         graph = _graph(model)
         self.ready = None
+        self.previous = None
+        self.iteration_change = boolean(iteration_change, "iteration_change")
         if graph is None and _is_ready_classifier(model):
             # A ready classifier: its class capsules, on its child capsules.
             self.ready, self.probe = model, None
@@ -267,10 +286,17 @@ class StatisticsProbe:
                 outputs[f"o{k}|{name}"] = tensor
         self.probe = keras.Model(probe_inputs, outputs)
         self.layers = {name: layer for name, (layer, _) in routed.items()}
+        if self.iteration_change:
+            # The same graph with the iterating routers one iteration short.
+            previous_inputs, _, previous, _ = _outputs_and_coefficients(graph, back=1)
+            self.previous = keras.Model(previous_inputs, previous)
 
     def __call__(self, inputs, labels=None, threshold=0.01, batch_size=32, coefficients=False):
         if self.ready is None:
             values = self.probe.predict(inputs, batch_size=batch_size, verbose=0)
+            if self.previous is not None:
+                previous = self.previous.predict(inputs, batch_size=batch_size, verbose=0)
+                values.update({f"p|{name}": previous[name] for name in self.layers})
         else:
             values = self._ready_values(np.asarray(inputs), batch_size)
         if labels is not None:
@@ -285,14 +311,27 @@ class StatisticsProbe:
         return stats
 
     def _ready_values(self, inputs, batch_size):
-        name = next(iter(self.layers))
+        name, layer = next(iter(self.layers.items()))
+        fewer = _fewer_iterations(layer) if self.iteration_change else None
         parts = []
         for start in range(0, len(inputs), batch_size):
             children = self.ready.child_capsules(inputs[start : start + batch_size], training=False)
-            outputs, c = self.ready.class_capsules(children, return_coefficients=True)
-            parts.append([keras.ops.convert_to_numpy(t) for t in [c, *keras.tree.flatten(outputs)]])
-        keys = [f"c|{name}", f"o0|{name}", f"o1|{name}"]
-        return {key: np.concatenate(arrays) for key, arrays in zip(keys, zip(*parts))}
+            outputs, c = layer(children, return_coefficients=True)
+            part = {f"c|{name}": c}
+            for k, tensor in enumerate(keras.tree.flatten(outputs)[:2]):
+                part[f"o{k}|{name}"] = tensor
+            if self.iteration_change:  # the layer's own coefficients if it does not iterate
+                short = c if fewer is None else _WithCoefficients(layer, fewer)(children)[1]
+                part[f"p|{name}"] = short
+            parts.append({k: keras.ops.convert_to_numpy(t) for k, t in part.items()})
+        return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
+
+
+def _fewer_iterations(layer, back=1):
+    """The router's iterations less `back`, or `None` for a router that
+    does not iterate (or has no iteration before its last)."""
+    iterations = getattr(getattr(layer, "router", None), "iterations", None)
+    return iterations - back if back and iterations and iterations > back else None
 
 
 def _is_ready_classifier(model):
@@ -327,6 +366,12 @@ def _layer_statistics(layer, values, name, labels, threshold):
             measures.parent_consistency(c, labels) if labels is not None else float("nan")
         ),
     }
+    if f"p|{name}" in values:  # iteration_change=True
+        stats["coefficient_change"] = (
+            measures.iteration_change(c, values[f"p|{name}"].reshape(c.shape))
+            if _fewer_iterations(layer) is not None
+            else float("nan")
+        )
     nan = float("nan")
     if activations is None:
         stats.update(
@@ -362,13 +407,23 @@ class _WithCoefficients(keras.layers.Layer):
     outputs after one with one, which Keras 3.15's functional graph check
     counts by the first (`Output ... is not connected to inputs`)."""
 
-    def __init__(self, layer, **kwargs):
+    def __init__(self, layer, iterations=None, **kwargs):
         super().__init__(name=f"{layer.name}_with_coefficients", dtype=layer.dtype_policy, **kwargs)
         self.layer = layer
+        # With `iterations`, the router runs that many (one fewer than the
+        # layer's: the coefficients of the iteration before the last).
+        self.iterations = iterations
         self.supports_masking = True
 
     def call(self, *args, **kwargs):
-        return self.layer(*args, return_coefficients=True, **kwargs)
+        if self.iterations is None:
+            return self.layer(*args, return_coefficients=True, **kwargs)
+        router, saved = self.layer.router, self.layer.router.iterations
+        router.iterations = self.iterations
+        try:
+            return self.layer(*args, return_coefficients=True, **kwargs)
+        finally:
+            router.iterations = saved
 
     def compute_output_spec(self, *args, **kwargs):
         return self.layer.compute_output_spec(*args, return_coefficients=True, **kwargs)

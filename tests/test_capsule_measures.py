@@ -143,3 +143,47 @@ def test_a_ready_classifier_gives_its_class_capsules():
     lengths = np.sqrt(np.maximum(scores.astype("float64") ** 2 - 1e-7, 0.0))
     assert row["activation_mean"] == pytest.approx(row["pose_length_mean"], rel=1e-9)
     assert row["activation_mean"] == pytest.approx(float(lengths.mean()), rel=1e-2, abs=1e-6)
+
+
+def test_iteration_change_matches_its_reference():
+    p = RNG.dirichlet(np.ones(4), size=(3, 5))
+    q = RNG.dirichlet(np.ones(4), size=(3, 5))
+    expected = np.mean([[0.5 * sum(abs(a - b) for a, b in zip(pc, qc)) for pc, qc in zip(ps, qs)]
+                        for ps, qs in zip(p, q)])  # fmt: skip
+    assert measures.iteration_change(p, q) == pytest.approx(expected, rel=1e-12)
+    assert measures.iteration_change(p, p) == 0.0
+    assert measures.iteration_change(np.eye(4)[None], np.eye(4)[None, ::-1]) == 1.0
+    with pytest.raises(ValueError, match="same shape"):
+        measures.iteration_change(p, q[:, :4])
+
+
+def test_coefficient_change_is_the_last_iterations_move():
+    """With `iteration_change=True`, each iterating router's last step:
+    the distance between the coefficients of its layer (3 iterations) and
+    those of the same layer run for 2; NaN for a single-pass router."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((6, 4))
+    x = kc.layers.Capsule(5, 4, router=kc.DynamicRouting(3), name="dynamic")(inputs)
+    x = kc.layers.Capsule(3, 4, router="self_attention", name="attention")(x)
+    model = keras.Model(inputs, kc.layers.Length()(x))
+    x = RNG.normal(size=(4, 6, 4)).astype("float32")
+    stats = diagnostics.capsule_statistics(model, x, iteration_change=True)
+    last = diagnostics.routing_coefficients(model, x)["dynamic"]
+    model.get_layer("dynamic").router.iterations = 2
+    before = diagnostics.routing_coefficients(model, x)["dynamic"]
+    model.get_layer("dynamic").router.iterations = 3
+    expected = measures.iteration_change(last, before)
+    assert expected > 0
+    assert stats["dynamic"]["coefficient_change"] == pytest.approx(expected, rel=1e-4, abs=1e-7)
+    assert np.isnan(stats["attention"]["coefficient_change"])
+    # The model itself is unchanged: its router runs its own iterations.
+    assert model.get_layer("dynamic").router.iterations == 3
+    assert "coefficient_change" not in diagnostics.capsule_statistics(model, x)["dynamic"]
+
+
+def test_a_ready_classifiers_coefficient_change():
+    keras.utils.set_random_seed(0)
+    model = tiny_capsnet()
+    x = RNG.uniform(size=(3, 20, 20, 1)).astype("float32")
+    row = diagnostics.capsule_statistics(model, x, iteration_change=True)["class_capsules"]
+    assert 0 <= row["coefficient_change"] <= 1
