@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import csv
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -247,7 +248,9 @@ def add_run_arguments(parser):
         help=f"measure every routed layer after each epoch on {MONITOR_IMAGES} validation "
         "(or test) images (keras_capsules.callbacks.CapsuleMonitor: starved capsules, "
         "coefficient entropy, ...): columns capsules/<layer>/<measure> in "
-        "training_log.csv, figures capsule_monitor.png and capsule_monitor_routing.png",
+        "training_log.csv, figures capsule_monitor.png and capsule_monitor_routing.png, "
+        "routing maps as TensorBoard images in tensorboard/capsules (with TensorFlow and "
+        "TensorBoard installed)",
     )
 
 
@@ -718,8 +721,13 @@ def capsule_monitor(dataset, output_dir):
     inputs, labels = [], []
     for x, y in dataset.unbatch().take(MONITOR_IMAGES).batch(MONITOR_IMAGES):
         inputs, labels = np.asarray(x), np.asarray(y)
+    # Routing maps as TensorBoard images where tf.summary can write them.
+    tensorboard = all(importlib.util.find_spec(m) for m in ("tensorflow", "tensorboard"))
     return CapsuleMonitor(
-        inputs, labels, figure_path=os.path.join(output_dir, "capsule_monitor.png")
+        inputs,
+        labels,
+        figure_path=os.path.join(output_dir, "capsule_monitor.png"),
+        log_dir=os.path.join(output_dir, "tensorboard") if tensorboard else None,
     )
 
 

@@ -1,7 +1,12 @@
 """Training callbacks for capsule networks."""
 
-import keras
+import importlib.util
+import os
 
+import keras
+import numpy as np
+
+from keras_capsules import capsule_measures
 from keras_capsules.diagnostics import StatisticsProbe, routing_figure
 from keras_capsules.losses import SpreadLoss
 from keras_capsules.validation import boolean, positive_float, positive_int
@@ -148,6 +153,15 @@ class CapsuleMonitor(keras.callbacks.Callback):
         iteration_change: bool, also log `coefficient_change`, how much
             each iterating router's last iteration moves its coefficients
             (a second forward pass; `diagnostics.capsule_statistics`).
+        log_dir: a TensorBoard log directory (that of your
+            `keras.callbacks.TensorBoard`), or `None`: each measured epoch
+            also writes every routed layer's mean coefficients there as a
+            grey image (a row per child, a column band per parent; white:
+            the largest coefficient), under the run `capsules`, tag
+            `routing/<layer>`. Written with `tf.summary`, so it needs
+            TensorFlow and TensorBoard installed (as Keras's TensorBoard
+            callback does), whatever the backend: `pip install
+            "keras-capsules[monitor]" tensorflow-cpu`.
 
     Attributes:
         history: `{epoch: {layer: {measure: value}}}`, every measured epoch.
@@ -171,10 +185,26 @@ class CapsuleMonitor(keras.callbacks.Callback):
     """
 
     def __init__(
-        self, inputs, labels=None, threshold=0.01, every=1, figure_path=None, iteration_change=False
+        self,
+        inputs,
+        labels=None,
+        threshold=0.01,
+        every=1,
+        figure_path=None,
+        iteration_change=False,
+        log_dir=None,
     ):
         super().__init__()
         self.iteration_change = boolean(iteration_change, "iteration_change")
+        missing = [m for m in ("tensorflow", "tensorboard") if importlib.util.find_spec(m) is None]
+        if log_dir is not None and missing:
+            raise ValueError(
+                "CapsuleMonitor writes TensorBoard images with tf.summary, which needs "
+                f"TensorFlow and TensorBoard (missing: {', '.join(missing)}; `pip install "
+                f"tensorflow-cpu tensorboard`). Received: log_dir={log_dir!r}"
+            )
+        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        self._writer = None
         self.inputs = inputs
         self.labels = labels
         self.threshold = positive_float(threshold, "threshold")
@@ -197,12 +227,28 @@ class CapsuleMonitor(keras.callbacks.Callback):
         )
         self.history[epoch] = stats
         self._last_coefficients = coefficients
+        measured = MONITORED + (("coefficient_change",) if self.iteration_change else ())
         if logs is not None:
             for layer, row in stats.items():
-                for measure in MONITORED:
+                for measure in measured:
                     logs[f"capsules/{layer}/{measure}"] = row[measure]
+        if self.log_dir is not None:
+            self._write_routing_images(epoch, coefficients)
+
+    def _write_routing_images(self, epoch, coefficients):
+        import tensorflow as tf  # TensorBoard's own writer, on any backend
+
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(os.path.join(self.log_dir, "capsules"))
+        with self._writer.as_default():
+            for layer, c in coefficients.items():
+                tf.summary.image(f"routing/{layer}", routing_image(c)[None], step=epoch)
+        self._writer.flush()
 
     def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         if self.figure_path and self.history:
             self.figure().savefig(self.figure_path)
             layer, c = list(self._last_coefficients.items())[-1]
@@ -232,3 +278,15 @@ class CapsuleMonitor(keras.callbacks.Callback):
         figure.axes[0].legend(fontsize="small")
         figure.tight_layout()
         return figure
+
+
+def routing_image(coefficients, band=8):
+    """Routing coefficients `(batch, ..., parents)` as a grey image
+    `(children, parents * band, 1)` of `uint8`: each child's distribution
+    over its parents averaged over the batch, a row per child and `band`
+    columns per parent, scaled so that the largest mean is white."""
+    c = np.asarray(coefficients, dtype="float64")
+    c = capsule_measures.per_child(c.reshape(len(c), -1, c.shape[-1])).mean(axis=0)
+    peak = c.max()
+    grey = np.round(255 * c / peak) if peak > 0 else np.zeros_like(c)
+    return np.repeat(grey.astype("uint8"), band, axis=1)[..., None]

@@ -70,11 +70,49 @@ def test_every_other_epoch_and_the_figures(tmp_path):
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"threshold": 0}, "threshold"), ({"every": 0}, "every")],
+    [
+        ({"threshold": 0}, "threshold"),
+        ({"every": 0}, "every"),
+        ({"iteration_change": "yes"}, "iteration_change"),
+    ],
 )
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         CapsuleMonitor(np.zeros((2, 6, 4)), **kwargs)
+
+
+def test_routing_images_and_coefficient_change_in_tensorboard(tmp_path):
+    """`log_dir`: each measured epoch writes every routed layer's mean
+    coefficients as an image (`routing/<layer>`, run `capsules`), the
+    image `routing_image` makes of them; `iteration_change=True` logs
+    `coefficient_change` beside the other measures."""
+    pytest.importorskip("tensorflow")
+    import tensorflow as tf
+
+    from keras_capsules.callbacks import routing_image
+
+    model = _model()
+    x, labels = _data()
+    monitor = CapsuleMonitor(x, labels, iteration_change=True, log_dir=tmp_path)
+    history = model.fit(
+        x, np.eye(3)[labels], epochs=2, batch_size=8, callbacks=[monitor], verbose=0
+    ).history
+    assert len(history["capsules/classes/coefficient_change"]) == 2
+    assert 0 <= history["capsules/classes/coefficient_change"][-1] <= 1
+    images = {}
+    for path in (tmp_path / "capsules").glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                width, height, png = value.tensor.string_val[:3]
+                pixels = tf.io.decode_png(png).numpy()
+                assert (int(width), int(height)) == pixels.shape[1::-1]
+                images[(value.tag, event.step)] = pixels
+    assert sorted(images) == [(f"routing/{layer}", step) for layer in ("classes", "parts")
+                              for step in (0, 1)]  # fmt: skip
+    # The last image is the trained model's coefficients.
+    c = diagnostics.routing_coefficients(model, x)["classes"]
+    np.testing.assert_array_equal(images[("routing/classes", 1)], routing_image(c))
+    assert routing_image(c).shape == (4, 3 * 8, 1) and routing_image(c).max() == 255
 
 
 def test_a_subclassed_model_is_refused_when_training_starts():

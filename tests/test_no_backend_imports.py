@@ -6,7 +6,9 @@ multi-process training, which drives the backend's own engine;
 `keras_capsules/models/xla.py`, which asks TensorFlow (on the TensorFlow
 backend only) whether `compile` runs under a `tf.distribute` strategy; and
 `keras_capsules/routing/custom_backward.py`, which asks torch (on the torch
-backend only) whether it traces a model for export.
+backend only) whether it traces a model for export; and
+`keras_capsules/callbacks.py`, whose `CapsuleMonitor(log_dir=)` writes
+TensorBoard images with `tf.summary`, as Keras's TensorBoard callback does.
 """
 
 import ast
@@ -14,7 +16,7 @@ import pathlib
 
 BACKEND_MODULES = {"tensorflow", "torch", "jax", "jaxlib"}
 LIBRARY = pathlib.Path(__file__).resolve().parent.parent / "keras_capsules"
-LAZY_BACKEND_IMPORTS = {"models/xla.py", "routing/custom_backward.py"}
+LAZY_BACKEND_IMPORTS = {"models/xla.py", "routing/custom_backward.py", "callbacks.py"}
 LAZY_BACKEND_PACKAGES = {"distribute"}
 
 

@@ -701,3 +701,5 @@ def test_monitor_logs_the_routed_layers_and_draws_them(tmp_path):
     assert "capsules/class_capsules/coefficient_entropy" in header
     for figure in ("capsule_monitor.png", "capsule_monitor_routing.png"):
         assert (tmp_path / figure).stat().st_size > 0
+    # The routing maps as TensorBoard images.
+    assert list((tmp_path / "tensorboard" / "capsules").glob("events.out.tfevents.*"))
