@@ -26,10 +26,10 @@ from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.conv_capsule import ConvCapsule
 from keras_capsules.layers.local_capsule_base import LocalCapsuleBase
 
-# The search for a layer's scale: bracketing steps (factors of 4) and then
-# bisections of the scale's logarithm, each one forward pass up to the layer.
-MAX_BRACKET_STEPS = 12
-MAX_BISECTIONS = 12
+# The search for a layer's scale: at most this many forward passes up to the
+# layer after the first, each moving the scale by at most a factor of 16.
+MAX_STEPS = 24
+MAX_STEP = math.log(16.0)
 
 
 def calibrate(model, inputs, target_length=INPUT_LENGTH, tolerance=0.02, batch_size=64):
@@ -47,10 +47,11 @@ def calibrate(model, inputs, target_length=INPUT_LENGTH, tolerance=0.02, batch_s
     mean over samples and capsules of |poses(f * W)| = target_length
     ```
 
-    found by bracketing (factors of 4) and bisection of `log f`, one
-    forward pass up to the layer per step, the layers below already
-    rescaled. A pose length grows with the scale of the votes for every
-    router, so the search converges; where the target cannot be reached
+    found by secant steps on `log f` (bisection once the target is
+    bracketed, where a step would leave the bracket), one forward pass up
+    to the layer per step, the layers below already rescaled. A pose
+    length grows with the scale of the votes for every router, so the
+    search converges; where the target cannot be reached
     (a router whose lengths saturate), the closest scale is kept and its
     length returned. Call it once on a built model before training (a few
     hundred training samples are enough); the weights change, nothing
@@ -147,40 +148,45 @@ def _has_scalable_transforms(layer):
 
 
 def _search_scale(kernel, mean_length, target, tolerance):
-    """Scales `kernel` by the `f` at which `mean_length()` is `target`:
-    bracketing by factors of 4, then bisection of `log f`."""
+    """Scales `kernel` by the `f` at which `mean_length()` is `target`.
+
+    Secant steps on `log f` against `log(length / target)`, started with
+    slope 1 (the squash's at its knee, and that of the routers whose pose
+    length is linear in the votes), each step at most a factor of 16; once
+    the target is bracketed, a step that leaves the bracket bisects it
+    instead. Where the target is not reached, the closest scale is kept."""
     original = keras.ops.convert_to_numpy(kernel)
 
     def measure(log_scale):
         kernel.assign(keras.ops.cast(original * np.exp(log_scale), kernel.dtype))
         return mean_length()
 
+    def error(length):
+        return math.log(max(length, 1e-12) / target)
+
     before = measure(0.0)
+    points = [(0.0, error(before))]
     best = (abs(before - target), 0.0, before)
-    low = high = None
-    log_scale, length = 0.0, before
-    for _ in range(MAX_BRACKET_STEPS):  # until the target lies between two scales
-        if abs(length - target) <= tolerance:
-            break
-        if length < target:
-            low = log_scale
-        else:
-            high = log_scale
-        if low is not None and high is not None:
-            break
-        log_scale += math.log(4.0) if length < target else -math.log(4.0)
-        length = measure(log_scale)
-        best = min(best, (abs(length - target), log_scale, length))
-    for _ in range(MAX_BISECTIONS if low is not None and high is not None else 0):
+    low = high = None  # log scales below and above the target
+    for _ in range(MAX_STEPS):
         if best[0] <= tolerance:
             break
-        log_scale = (low + high) / 2
-        length = measure(log_scale)
-        best = min(best, (abs(length - target), log_scale, length))
-        if length < target:
-            low = log_scale
+        x, y = points[-1]
+        if y < 0:
+            low = x if low is None else max(low, x)
         else:
-            high = log_scale
+            high = x if high is None else min(high, x)
+        slope = 1.0
+        if len(points) > 1 and points[-2][1] != y:
+            slope = (y - points[-2][1]) / (x - points[-2][0])
+        step = -y / slope if slope > 0 else -y
+        step = max(-MAX_STEP, min(MAX_STEP, step))
+        x_next = x + step
+        if low is not None and high is not None and not low < x_next < high:
+            x_next = (low + high) / 2
+        length = measure(x_next)
+        points.append((x_next, error(length)))
+        best = min(best, (abs(length - target), x_next, length))
     _, log_scale, length = best
     kernel.assign(keras.ops.cast(original * np.exp(log_scale), kernel.dtype))
     return {"scale": math.exp(log_scale), "length_before": before, "length": length}
