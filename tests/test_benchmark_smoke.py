@@ -54,7 +54,8 @@ def test_volume_memory_smoke_run(tmp_path):
 @pytest.mark.one_backend
 def test_depth_study_smoke_run(tmp_path):
     """benchmarks/depth.py on generated digits: a row per router and
-    depth, each routed layer measured, the table, the JSON and the figure."""
+    depth (calibrated), each routed layer measured, the table, the JSON and
+    the figure."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     try:
         import depth
@@ -63,7 +64,7 @@ def test_depth_study_smoke_run(tmp_path):
     out, figure = tmp_path / "depth.json", tmp_path / "depth.png"
     rows = depth.main(
         ["--depths", "1,3", "--routers", "dynamic", "--train", "64", "--test", "32",
-         "--epochs", "1", "--batch", "32", "--residual",
+         "--epochs", "1", "--batch", "32", "--residual", "--calibrate",
          "--json", str(out), "--figure", str(figure)]
     )  # fmt: skip
     assert [(r["router"], r["depth"]) for r in rows] == [("dynamic", 1), ("dynamic", 3)]
@@ -71,5 +72,6 @@ def test_depth_study_smoke_run(tmp_path):
     for layer in rows[1]["layers"].values():
         assert 0 <= layer["starved_fraction"] <= 1 and 0 <= layer["coefficient_entropy"] <= 1
         assert math.isfinite(layer["gradient_norm"]) and layer["gradient_norm"] >= 0
+        assert 0 <= layer["coefficient_change"] <= 1  # dynamic routing iterates
     assert json.loads(out.read_text())["rows"][1]["depth"] == 3
     assert figure.stat().st_size > 0

@@ -2,7 +2,13 @@
 made by tests/fixtures/make_v0_2_0_fixtures.py) load with `safe_mode=True`,
 give the outputs they gave, and train as loaded: arguments renamed in
 0.3.0, class capsules saved as `digit_capsules` (renamed `class_capsules`)
-and losses compiled sparse in 0.2.0 included."""
+and losses compiled sparse in 0.2.0 included.
+
+Each file is loaded on one backend per suite run (`one_backend`, picked by
+a hash of the test's id, so the seven files spread over the three
+backends): reading a file is Keras-level code, and loading a `.keras` file
+on every backend is tests/test_portability.py's contract.
+ON_EVERY_BACKEND=1 loads each on every backend."""
 
 import pathlib
 import warnings
@@ -30,6 +36,7 @@ def test_the_fixtures_are_there():
     ]
 
 
+@pytest.mark.one_backend
 @pytest.mark.parametrize("name", NAMES)
 def test_loads_computes_and_trains_as_saved(name):
     data = np.load(FIXTURES / f"{name}.npz")
