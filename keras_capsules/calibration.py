@@ -25,6 +25,7 @@ from keras_capsules.initializers import INPUT_LENGTH
 from keras_capsules.layers.capsule import Capsule
 from keras_capsules.layers.conv_capsule import ConvCapsule
 from keras_capsules.layers.local_capsule_base import LocalCapsuleBase
+from keras_capsules.validation import finite_float, positive_float, positive_int
 
 # The search for a layer's scale: at most this many forward passes up to the
 # layer after the first, each moving the scale by at most a factor of 16.
@@ -101,10 +102,9 @@ def calibrate(model, inputs, target_length=INPUT_LENGTH, tolerance=0.02, batch_s
     Reference: Mishkin & Matas, "All you need is a good init", ICLR 2016
     (layer-sequential unit-variance initialisation).
     """
-    target_length = _float_in(target_length, "target_length", 0.0, 1.0)
-    tolerance = _float_in(tolerance, "tolerance", 0.0, math.inf)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int. Received: batch_size={batch_size!r}")
+    target_length = finite_float(target_length, "target_length", 0.0, 1.0, high_inclusive=False)
+    tolerance = positive_float(tolerance, "tolerance")
+    batch_size = positive_int(batch_size, "batch_size")
     if not isinstance(model, keras.Model):
         raise ValueError(f"`model` must be a keras.Model. Received: model={model!r}")
     graph = _graph(model)
@@ -190,12 +190,3 @@ def _search_scale(kernel, mean_length, target, tolerance):
     _, log_scale, length = best
     kernel.assign(keras.ops.cast(original * np.exp(log_scale), kernel.dtype))
     return {"scale": math.exp(log_scale), "length_before": before, "length": length}
-
-
-def _float_in(value, name, low, high):
-    """A float in the open interval `(low, high)`, or a clear error."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a float. Received: {name}={value!r}")
-    if not low < value < high:
-        raise ValueError(f"{name} must be in ({low}, {high}). Received: {name}={value!r}")
-    return float(value)
