@@ -126,15 +126,18 @@ def _outputs_and_coefficients(model, back=0):
     """`(inputs, outputs, {name: coefficients}, {name: (layer, outputs)})`
     of the model's graph made again on its own layers, each routed layer
     (also inside nested functional and Sequential models) giving its
-    coefficients, and its outputs beside them. With `back=1`, the routers
-    that iterate stop one iteration early (the others run as they are)."""
+    coefficients, and its outputs beside them. With `back=1`, the
+    coefficients are those of each iterating router stopped one iteration
+    early, on the inputs the model gives it (the layers below run their
+    full iterations; the others' coefficients are as they are)."""
     found, routed = {}, {}
 
     def call(layer, *args, **kwargs):
         if isinstance(layer, ROUTED_LAYERS):
-            outputs, coefficients = _WithCoefficients(layer, _fewer_iterations(layer, back))(
-                *args, **kwargs
-            )
+            outputs, coefficients = _WithCoefficients(layer)(*args, **kwargs)
+            fewer = _fewer_iterations(layer, back)
+            if fewer is not None:  # only the coefficients: the outputs go on in full
+                coefficients = _WithCoefficients(layer, fewer)(*args, **kwargs)[1]
             name = _add(found, layer.name, coefficients)
             routed[name] = (layer, outputs)
             return outputs
@@ -189,9 +192,9 @@ def capsule_statistics(
     - with `iteration_change=True`, `coefficient_change`: how much the
       router's last iteration moved each child's coefficients (the
       total-variation distance to those of the iteration before; 0:
-      converged), from a second forward pass with every iterating router
-      one iteration short; NaN for routers that do not iterate (or run one
-      iteration).
+      converged), from a second forward pass in which each iterating
+      router also runs one iteration short on the same inputs; NaN for
+      routers that do not iterate (or run one iteration).
 
     `VectorRouting` has no activations (its outputs are normalised): its
     activation measures are NaN. For windowed layers the children of every
@@ -287,7 +290,8 @@ class StatisticsProbe:
         self.probe = keras.Model(probe_inputs, outputs)
         self.layers = {name: layer for name, (layer, _) in routed.items()}
         if self.iteration_change:
-            # The same graph with the iterating routers one iteration short.
+            # The same graph, each iterating router's coefficients also
+            # taken one iteration short (its outputs in full).
             previous_inputs, _, previous, _ = _outputs_and_coefficients(graph, back=1)
             self.previous = keras.Model(previous_inputs, previous)
 
@@ -408,7 +412,8 @@ class _WithCoefficients(keras.layers.Layer):
     counts by the first (`Output ... is not connected to inputs`)."""
 
     def __init__(self, layer, iterations=None, **kwargs):
-        super().__init__(name=f"{layer.name}_with_coefficients", dtype=layer.dtype_policy, **kwargs)
+        suffix = "with_coefficients" if iterations is None else f"coefficients_at_{iterations}"
+        super().__init__(name=f"{layer.name}_{suffix}", dtype=layer.dtype_policy, **kwargs)
         self.layer = layer
         # With `iterations`, the router runs that many (one fewer than the
         # layer's: the coefficients of the iteration before the last).

@@ -160,23 +160,26 @@ def test_iteration_change_matches_its_reference():
 def test_coefficient_change_is_the_last_iterations_move():
     """With `iteration_change=True`, each iterating router's last step:
     the distance between the coefficients of its layer (3 iterations) and
-    those of the same layer run for 2; NaN for a single-pass router."""
+    those of the same layer run for 2 on the same inputs (the layers below
+    at their full iterations); NaN for a single-pass router."""
     keras.utils.set_random_seed(0)
     inputs = keras.Input((6, 4))
     x = kc.layers.Capsule(5, 4, router=kc.DynamicRouting(3), name="dynamic")(inputs)
+    x = kc.layers.Capsule(4, 4, router=kc.DynamicRouting(3), name="dynamic_2")(x)
     x = kc.layers.Capsule(3, 4, router="self_attention", name="attention")(x)
     model = keras.Model(inputs, kc.layers.Length()(x))
     x = RNG.normal(size=(4, 6, 4)).astype("float32")
     stats = diagnostics.capsule_statistics(model, x, iteration_change=True)
-    last = diagnostics.routing_coefficients(model, x)["dynamic"]
-    model.get_layer("dynamic").router.iterations = 2
-    before = diagnostics.routing_coefficients(model, x)["dynamic"]
-    model.get_layer("dynamic").router.iterations = 3
-    expected = measures.iteration_change(last, before)
-    assert expected > 0
-    assert stats["dynamic"]["coefficient_change"] == pytest.approx(expected, rel=1e-4, abs=1e-7)
+    last = diagnostics.routing_coefficients(model, x)
+    for name in ("dynamic", "dynamic_2"):
+        model.get_layer(name).router.iterations = 2
+        before = diagnostics.routing_coefficients(model, x)[name]
+        model.get_layer(name).router.iterations = 3
+        expected = measures.iteration_change(last[name], before)
+        assert expected > 0
+        assert stats[name]["coefficient_change"] == pytest.approx(expected, rel=1e-4, abs=1e-7)
     assert np.isnan(stats["attention"]["coefficient_change"])
-    # The model itself is unchanged: its router runs its own iterations.
+    # The model itself is unchanged: its routers run their own iterations.
     assert model.get_layer("dynamic").router.iterations == 3
     assert "coefficient_change" not in diagnostics.capsule_statistics(model, x)["dynamic"]
 
