@@ -591,6 +591,7 @@ def test_the_table_is_large():
     assert len({case_id for case_id, _, _ in CASES}) == len(CASES)
 
 
+@pytest.mark.one_backend  # checks made before any computation: the same Python on every backend
 @pytest.mark.parametrize("setup, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_refused_with_a_named_error(setup, expected, monkeypatch):
     thunk = setup()

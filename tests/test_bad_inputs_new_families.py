@@ -627,6 +627,7 @@ def test_the_table_is_unique():
     assert len(ids) == len(set(ids))
 
 
+@pytest.mark.one_backend  # checks made before any computation: the same Python on every backend
 @pytest.mark.parametrize(
     "cls, kwargs, good, bad, error, pattern", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
@@ -743,6 +744,7 @@ def test_the_model_table_is_unique():
     assert len(ids) == len(set(ids))
 
 
+@pytest.mark.one_backend  # checks made before any computation: the same Python on every backend
 @pytest.mark.parametrize(
     "name, method, x, pattern", [c[1:] for c in MODEL_CASES], ids=[c[0] for c in MODEL_CASES]
 )
@@ -924,6 +926,7 @@ SEQUENCE_CASES = [
 ]
 
 
+@pytest.mark.one_backend  # checks made before any computation: the same Python on every backend
 @pytest.mark.parametrize(
     "x, pattern", [c[1:] for c in SEQUENCE_CASES], ids=[c[0] for c in SEQUENCE_CASES]
 )

@@ -19,6 +19,12 @@ up coherently (with transforms derived for independent children the class
 capsules started at length ~0.98, where the squash passes back almost no
 gradient, and self-attention and sparse-attention routing stayed at
 chance; EM's poses, means of alike votes, started at length ~4).
+
+Each router's training runs on one backend per suite run (`one_backend`: a
+hash of the test id picks it, so the routers spread over the three): what
+it learns rests on its forward values and gradients, which the parity
+tests check against float64 references on every backend, and its starting
+lengths are checked on every backend by tests/test_initializers.py.
 """
 
 import keras
@@ -63,6 +69,7 @@ def composition(router):
     return model
 
 
+@pytest.mark.one_backend  # see the module docstring
 @pytest.mark.parametrize("router", kc.routing.names())
 def test_documented_composition_learns(router):
     keras.utils.set_random_seed(1)
@@ -103,6 +110,7 @@ def correlated_tokens(count, seed):
     return x.astype("float32"), labels
 
 
+@pytest.mark.one_backend  # see the module docstring
 @pytest.mark.parametrize("router", kc.routing.names())
 def test_shared_transforms_on_correlated_tokens_learn(router):
     keras.utils.set_random_seed(1)

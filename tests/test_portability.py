@@ -1,9 +1,9 @@
 """`.keras` files saved on each backend load on every backend.
 
 A tiny `EfficientCapsNet` and a functional `Capsule` network are trained
-one step and saved on TensorFlow, PyTorch and JAX (one subprocess per
-backend); each backend then loads the three backends' files (one more
-subprocess each), predicts with both nets and trains the functional one a
+one step and saved on TensorFlow, PyTorch and JAX; each backend then loads
+the three backends' files (one subprocess per backend does both, waiting
+for the others' files in between), predicts with both nets and trains the functional one a
 step as loaded (a torch-saved file on TensorFlow and JAX: after
 `load_model(path, compile=False)` + `compile`, and through
 `keras_capsules.saving.load_model(path)`, which keeps the saved optimizer
@@ -33,8 +33,12 @@ import hashlib
 import importlib.util
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+import traceback
 
 import keras
 import numpy as np
@@ -60,7 +64,7 @@ READY_SOURCE = {
 pytestmark = pytest.mark.xdist_group("portability")
 
 
-# ---- the worker: `python tests/test_portability.py save|load DIR` -------------
+# ---- the worker: `python tests/test_portability.py ROOT BACKENDS` -------------
 
 
 def _data(model_name):
@@ -84,12 +88,13 @@ def _build(model_name):
 def _compile(model):
     ready = isinstance(model, kc.models.CapsuleClassifier)
     loss = None if ready else kc.MarginLoss()
-    # XLA on JAX only: op by op is slower there; on TF it costs the compile.
-    # The ready model by "auto" there (XLA on JAX), which its file keeps.
-    jax = keras.backend.backend() == "jax"
-    model.compile(
-        optimizer="adam", loss=loss, jit_compile=("auto" if ready else True) if jax else False
-    )
+    # The ready model by "auto" on JAX (XLA there) and torch (eager there),
+    # which its file keeps: JAX then trains a torch-saved one with XLA, not
+    # op by op. The functional net without XLA: Keras saves a resolved
+    # `True`, and torch would load it as torch.compile (20 s for its one
+    # step on a CPU).
+    auto = ready and keras.backend.backend() != "tensorflow"
+    model.compile(optimizer="adam", loss=loss, jit_compile="auto" if auto else False)
 
 
 def _train_one_step(model, model_name):
@@ -151,7 +156,7 @@ def save_worker(folder):
         _, predictions[f"ready|{name}|moved"] = _ready_step(model, x, y)
         model.save(os.path.join(folder, f"ready-{name}.keras"))
         predictions[f"ready|{name}"] = _ready_outputs(model, name, x)
-    np.savez(os.path.join(folder, "predictions.npz"), **predictions)
+    _save_npz(os.path.join(folder, "predictions.npz"), predictions)
 
 
 def _resume_ready_models(root, results):
@@ -208,7 +213,36 @@ def load_worker(root, out):
     fresh.compile()
     results["auto_jit_compile"] = np.array(bool(fresh.jit_compile))
     _resume_ready_models(root, results)
-    np.savez(out, **results)
+    _save_npz(out, results)
+
+
+def _save_npz(path, arrays):
+    """Whole or not at all: the other backends' workers wait for the file."""
+    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def worker(root, backends):
+    """Saves this backend's files, waits for the other backends' (or their
+    failure), then loads them all: one process, one import per backend."""
+    own = os.path.join(root, keras.backend.backend())
+    try:
+        save_worker(own)
+    except BaseException:
+        with open(os.path.join(own, "failed"), "w") as marker:
+            marker.write(traceback.format_exc())
+        raise
+    deadline = time.monotonic() + WORKER_TIMEOUT_S
+    for backend in backends:
+        folder = os.path.join(root, backend)
+        while not os.path.exists(os.path.join(folder, "predictions.npz")):
+            if os.path.exists(os.path.join(folder, "failed")):
+                sys.exit(f"the save on {backend} failed; its output says why")
+            if time.monotonic() > deadline:
+                sys.exit(f"no files from {backend} in {WORKER_TIMEOUT_S} s")
+            time.sleep(0.2)
+    load_worker(root, os.path.join(root, f"loaded-{keras.backend.backend()}.npz"))
 
 
 # ---- the tests ----------------------------------------------------------------
@@ -226,22 +260,38 @@ def _source_hash():
     return h.hexdigest()[:16]
 
 
-def _run_workers(command, folders):
-    """Runs `command` on every backend at once; {backend: folder}."""
+def _run_workers(root, backends):
+    """One worker per backend, all at once; their output to files (a full
+    pipe would stall a worker that the others wait for)."""
     running = {}
-    for backend, args in folders.items():
+    for backend in backends:
         env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
-        running[backend] = subprocess.Popen(
-            [sys.executable, __file__, command, *args],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+        log = tempfile.TemporaryFile()
+        running[backend] = (
+            log,
+            subprocess.Popen(
+                [sys.executable, __file__, str(root), ",".join(backends)],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            ),
         )
-    for backend, process in running.items():
-        output, _ = process.communicate(timeout=WORKER_TIMEOUT_S)
-        if process.returncode != 0:
-            pytest.fail(f"{command} on {backend} failed:\n{output.decode()[-5000:]}")
+    failures = []
+    try:
+        for backend, (log, process) in running.items():
+            process.wait(timeout=WORKER_TIMEOUT_S)
+            if process.returncode != 0:
+                log.seek(0)
+                failures.append(f"{backend}:\n{log.read().decode(errors='replace')[-5000:]}")
+    finally:
+        for log, process in running.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            log.close()
+    if failures:
+        pytest.fail("portability worker failed on " + "\n".join(failures))
 
 
 @pytest.fixture(scope="session")
@@ -252,13 +302,10 @@ def portability():
     backends = [b for b in BACKENDS if _installed(b)]
     with exclusive(root / "lock"):
         if not all((root / f"loaded-{b}.npz").exists() for b in backends):
-            saves = {
-                b: [str(root / b)] for b in backends if not (root / b / "predictions.npz").exists()
-            }
-            for args in saves.values():
-                os.makedirs(args[0], exist_ok=True)
-            _run_workers("save", saves)
-            _run_workers("load", {b: [str(root), str(root / f"loaded-{b}.npz")] for b in backends})
+            for b in backends:  # A run that failed before leaves no files to wait for.
+                shutil.rmtree(root / b, ignore_errors=True)
+                os.makedirs(root / b)
+            _run_workers(root, backends)
     saved = {b: dict(np.load(root / b / "predictions.npz")) for b in backends}
     loaded = {b: dict(np.load(root / f"loaded-{b}.npz")) for b in backends}
     return saved, loaded
@@ -349,7 +396,4 @@ def test_ready_model_resumes_training_on_another_backend(name, portability):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "save":
-        save_worker(sys.argv[2])
-    else:
-        load_worker(sys.argv[2], sys.argv[3])
+    worker(sys.argv[1], sys.argv[2].split(","))
