@@ -83,7 +83,7 @@ def test_bad_flags_are_refused():
             script.parse_args(flags)
 
 
-@pytest.mark.one_backend
+@pytest.mark.one_backend("torch")  # costly to trace or compile: run where it is cheapest
 def test_smoke_run_trains_both_models_and_reports_both_test_sets(tmp_path):
     """End to end on fake MNIST: the capsule model and the CNN, each tested
     on the clean and the affine set after every epoch."""

@@ -23,7 +23,7 @@ def write_modelnet40(directory, rng, files=(("train0", 12), ("train1", 4), ("tes
             f["label"] = rng.integers(0, 40, (count, 1)).astype("uint8")
 
 
-@pytest.mark.one_backend
+@pytest.mark.one_backend("torch")  # costly to trace or compile: run where it is cheapest
 def test_every_model_and_regime_on_generated_shapes(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
