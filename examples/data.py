@@ -1223,6 +1223,61 @@ def cifar10(
     )
 
 
+# MNIST as point sets (Qi et al., "PointNet++", NeurIPS 2017, Table 1: digits
+# as 512 2-D points from their foreground pixels).
+MNIST_POINT_THRESHOLD = 128  # foreground: intensity >= half of 255
+
+
+def digit_point_clouds(images, points, rng, lift=True):
+    """Point sets of digit images: `points` of each image's foreground pixels.
+
+    images: uint8 `(N, H, W)` or `(N, H, W, 1)`. Each point is a foreground
+    pixel (intensity `>= MNIST_POINT_THRESHOLD`; an image without one uses
+    its nonzero pixels, a blank image every pixel) drawn uniformly with
+    replacement, placed at a uniform random spot inside the pixel, so that
+    repeated pixels give distinct points. Coordinates span `[-1, 1]`: `x`
+    left to right, `y` bottom to top; `lift=True` appends `z = 0` (3-D
+    points for the point-cloud models). Returns float32 `(N, points, 2)` or
+    `(N, points, 3)`; one `rng` draws every cloud (seeded: the same clouds
+    each run). No loop over the images: one sorted search for all of them.
+    """
+    images = np.asarray(images)
+    if images.ndim == 4 and images.shape[-1] == 1:
+        images = images[..., 0]
+    if images.ndim != 3:
+        raise ValueError(f"images must be (N, H, W) or (N, H, W, 1). Received: {images.shape}")
+    n, height, width = images.shape
+    flat = images.reshape(n, -1)
+    weights = (flat >= MNIST_POINT_THRESHOLD).astype(np.float64)
+    faint = weights.sum(1) == 0
+    weights[faint] = (flat[faint] > 0).astype(np.float64)
+    weights[weights.sum(1) == 0] = 1.0
+    # Inverse CDF of every image at once: each row's cumulative weights are
+    # offset by the totals of the rows before it, so one searchsorted over
+    # the flattened CDF finds every draw's pixel.
+    cdf = np.cumsum(weights, axis=1)
+    offsets = np.concatenate([[0.0], np.cumsum(cdf[:, -1])[:-1]])
+    draws = rng.uniform(size=(n, points)) * cdf[:, -1:] + offsets[:, None]
+    pixel = np.searchsorted((cdf + offsets[:, None]).ravel(), draws.ravel(), side="right")
+    pixel = np.minimum(pixel.reshape(n, points) - np.arange(n)[:, None] * flat.shape[1],
+                       flat.shape[1] - 1)  # fmt: skip
+    row, col = np.divmod(pixel, width)
+    spot = rng.uniform(size=(n, points, 2))
+    x = 2.0 * (col + spot[..., 0]) / width - 1.0
+    y = 1.0 - 2.0 * (row + spot[..., 1]) / height
+    coords = [x, y, np.zeros_like(x)] if lift else [x, y]
+    return np.stack(coords, axis=-1).astype("float32")
+
+
+def mnist_point_clouds(split, points=512, seed=0, lift=True, data_dir=None, download=True):
+    """MNIST digits as point sets: `(clouds (N, points, 3 or 2) float32,
+    labels (N,) int32)` of a TFDS split (`"train"`, `"test"`, slices too),
+    made by `digit_point_clouds` with a generator seeded by `seed`."""
+    images, labels = _all_examples("mnist", split, data_dir, download)
+    clouds = digit_point_clouds(images.numpy(), points, np.random.default_rng(seed), lift)
+    return clouds, labels.numpy()
+
+
 # ModelNet40 in its common HDF5 release (modelnet40_ply_hdf5_2048: files
 # ply_data_train0.h5 ... ply_data_test1.h5, each with `data` (N, 2048, 3)
 # float32 points and `label` (N, 1) class ids of 40 classes).

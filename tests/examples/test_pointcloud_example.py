@@ -115,3 +115,45 @@ def test_only_the_decoder_warning_is_silenced():
     assert re.match(pattern, message.format(decoder))
     assert not re.match(pattern, message.format([*decoder, "point_caps_net/latent/kernel"]))
     assert not re.match(pattern, message.format(["dense/kernel"]))
+
+
+def test_digit_point_clouds_lie_on_the_foreground_pixels():
+    data = example("data")
+    rng = np.random.default_rng(0)
+    images = np.zeros((3, 28, 28, 1), np.uint8)
+    images[0, 5:10, 12] = 255  # a stroke
+    images[0, 20, 20] = 100  # faint: not foreground
+    images[1, 3, 3] = 50  # only faint pixels: they are used
+    clouds = data.digit_point_clouds(images, 64, rng)
+    assert clouds.shape == (3, 64, 3) and clouds.dtype == np.float32
+    assert np.all(clouds[..., 2] == 0) and np.all(np.abs(clouds) <= 1)
+    # Back to pixels: column from x, row from y (y points up).
+    cols = np.floor((clouds[..., 0] + 1) * 14).astype(int)
+    rows = np.floor((1 - clouds[..., 1]) * 14).astype(int)
+    assert set(zip(rows[0], cols[0])) == {(r, 12) for r in range(5, 10)}
+    assert set(zip(rows[1], cols[1])) == {(3, 3)}
+    assert len(set(zip(rows[2], cols[2]))) > 40  # blank: any pixel
+    assert len(np.unique(clouds[0], axis=0)) == 64  # repeated pixels, distinct points
+    again = data.digit_point_clouds(images, 64, np.random.default_rng(0), lift=False)
+    np.testing.assert_array_equal(again, clouds[..., :2])
+
+
+def test_mnist_point_clouds_come_from_the_tfds_split():
+    data = example("data")
+    with data.mock_data(6):
+        clouds, labels = data.mnist_point_clouds("train[:4]", points=32, seed=1)
+        images, _ = data._all_examples("mnist", "train[:4]", None, True)
+    assert clouds.shape == (4, 32, 3) and labels.shape == (4,) and labels.dtype == np.int32
+    expected = data.digit_point_clouds(images.numpy(), 32, np.random.default_rng(1))
+    np.testing.assert_array_equal(clouds, expected)
+
+
+@pytest.mark.one_backend("torch")  # costly to trace or compile: run where it is cheapest
+def test_the_example_trains_on_mnist_point_sets(tmp_path):
+    with example("data").mock_data(24):
+        results = example("pointcloud_capsules").main(
+            [*TINY, "--mnist", "--train", "16", "--test", "8", "--models", "pointnet",
+             "quaternion", "--regimes", "aligned", "--output-dir", str(tmp_path)]
+        )  # fmt: skip
+    assert results["data"] == "mnist" and (results["train"], results["test"]) == (16, 8)
+    assert 0 <= results["quaternion_trained_aligned"]["rotated_accuracy"] <= 1
