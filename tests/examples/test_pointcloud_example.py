@@ -34,7 +34,7 @@ def test_every_model_and_regime_on_generated_shapes(tmp_path):
     assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
     with open(tmp_path / "metrics.json") as f:
         assert json.load(f) == json.loads(json.dumps(results))
-    for name in ("capsules", "linear_probe", "pointnet", "quaternion"):
+    for name in ("capsules", "linear_probe", "pointnet", "quaternion", "set_capsules"):
         for regime in ("aligned", "rotated"):
             row = results[f"{name}_trained_{regime}"]
             assert 0 <= row["aligned_accuracy"] <= 1 and 0 <= row["rotated_accuracy"] <= 1
@@ -153,7 +153,7 @@ def test_the_example_trains_on_mnist_point_sets(tmp_path):
     with example("data").mock_data(24):
         results = example("pointcloud_capsules").main(
             [*TINY, "--mnist", "--train", "16", "--test", "8", "--models", "pointnet",
-             "quaternion", "--regimes", "aligned", "--output-dir", str(tmp_path)]
+             "quaternion", "set_capsules", "--regimes", "aligned", "--output-dir", str(tmp_path)]
         )  # fmt: skip
     assert results["data"] == "mnist" and (results["train"], results["test"]) == (16, 8)
     assert 0 <= results["quaternion_trained_aligned"]["rotated_accuracy"] <= 1
