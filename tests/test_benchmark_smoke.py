@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.conftest import on_torch
 from tests.test_case import BACKEND
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,7 +52,7 @@ def test_volume_memory_smoke_run(tmp_path):
     assert "4 GiB at side" in result.stdout
 
 
-@pytest.mark.one_backend("torch")  # costly to trace or compile: run where it is cheapest
+@on_torch
 def test_depth_study_smoke_run(tmp_path):
     """benchmarks/depth.py on generated digits: a row per router and
     depth (calibrated), each routed layer measured, the table, the JSON and

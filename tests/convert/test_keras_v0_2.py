@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import keras_capsules  # noqa: F401  (registers the classes the files name)
+from tests.conftest import on_torch
 from tests.test_case import forward, to_numpy
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "v0_2_0"
@@ -38,14 +39,13 @@ def test_the_fixtures_are_there():
 
 # The point-cloud classifiers' files on torch: compiling their training step
 # took 8-22 s on TensorFlow and JAX.
-ON_TORCH_MARK = pytest.mark.one_backend("torch")
 ON_TORCH = {"point_capsule_classifier", "quaternion_capsule_classifier"}
 
 
 @pytest.mark.one_backend
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=ON_TORCH_MARK) if n in ON_TORCH else n for n in NAMES],
+    [pytest.param(n, marks=on_torch) if n in ON_TORCH else n for n in NAMES],
 )
 def test_loads_computes_and_trains_as_saved(name):
     data = np.load(FIXTURES / f"{name}.npz")

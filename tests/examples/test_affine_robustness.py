@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.conftest import BACKEND
+from tests.conftest import BACKEND, on_torch
 from tests.examples.test_scripts import example, read_metrics, same_on_every_backend
 
 
@@ -83,7 +83,7 @@ def test_bad_flags_are_refused():
             script.parse_args(flags)
 
 
-@pytest.mark.one_backend("torch")  # costly to trace or compile: run where it is cheapest
+@on_torch
 def test_smoke_run_trains_both_models_and_reports_both_test_sets(tmp_path):
     """End to end on fake MNIST: the capsule model and the CNN, each tested
     on the clean and the affine set after every epoch."""

@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
+from tests.conftest import on_torch
 from tests.examples.test_scripts import example
 
 TINY = ["--epochs", "1", "--points", "32", "--primary-capsules", "16", "--pointnet-width", "32",
@@ -23,7 +24,7 @@ def write_modelnet40(directory, rng, files=(("train0", 12), ("train1", 4), ("tes
             f["label"] = rng.integers(0, 40, (count, 1)).astype("uint8")
 
 
-@pytest.mark.one_backend("torch")  # costly to trace or compile: run where it is cheapest
+@on_torch
 def test_every_model_and_regime_on_generated_shapes(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -148,7 +149,7 @@ def test_mnist_point_clouds_come_from_the_tfds_split():
     np.testing.assert_array_equal(clouds, expected)
 
 
-@pytest.mark.one_backend("torch")  # costly to trace or compile: run where it is cheapest
+@on_torch
 def test_the_example_trains_on_mnist_point_sets(tmp_path):
     with example("data").mock_data(24):
         results = example("pointcloud_capsules").main(

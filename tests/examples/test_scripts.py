@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import keras_capsules as kc
-from tests.conftest import BACKEND, authors_weights, real_mnist_dir
+from tests.conftest import BACKEND, authors_weights, on_torch, real_mnist_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -98,13 +98,12 @@ ON_TORCH_ONLY = {
 
 # The scripts that run on torch whatever their hash says (a hash that picked
 # another backend would skip them everywhere), and the costliest to compile.
-ON_TORCH_MARK = pytest.mark.one_backend("torch")
 ON_TORCH = ON_TORCH_ONLY | {"cifar10_backbone_capsnet"}
 
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=ON_TORCH_MARK) if n in ON_TORCH else n for n in SCRIPTS],
+    [pytest.param(n, marks=on_torch) if n in ON_TORCH else n for n in SCRIPTS],
 )
 @pytest.mark.one_backend
 def test_smoke_run_writes_every_output(name, tmp_path, monkeypatch, capsys):

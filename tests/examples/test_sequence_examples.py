@@ -7,12 +7,13 @@ import json
 import numpy as np
 import pytest
 
+from tests.conftest import on_torch
 from tests.examples.test_scripts import example
 
 pytest.importorskip("keras_hub", reason="the BERT and ViT models need keras-hub")
 
 
-@pytest.mark.one_backend("torch")  # costly to trace or compile: run where it is cheapest
+@on_torch
 def test_text_example_trains_every_model(tmp_path):
     """`--smoke`: fake TFDS examples, no dataset needed."""
     results = example("text_capsules").main(["--smoke", "--output-dir", str(tmp_path)])
@@ -44,7 +45,7 @@ def test_word_ids_start_with_the_class_token_and_pad_with_zeros():
     assert (ids[1, 1:4] == 1).all()  # out of the vocabulary
 
 
-@pytest.mark.one_backend("torch")  # costly to trace or compile: run where it is cheapest
+@on_torch
 def test_vit_example_trains_both_heads_on_one_backbone(tmp_path):
     """`--smoke`: fake TFDS examples, no dataset needed."""
     results = example("vit_capsules").main(["--smoke", "--output-dir", str(tmp_path)])
