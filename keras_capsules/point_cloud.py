@@ -10,6 +10,9 @@ from keras_capsules.quaternion import _cross
 
 # The squared distance given to the points a mask drops: past any real one.
 _DROPPED_DISTANCE = 1e30
+# A neighbourhood whose offsets leave its plane by at most this share of
+# its extent is flat (float32 eigenvectors: about 1e-6 off a plane).
+FLAT = 1e-3
 
 
 def nearest_neighbors(queries, points, k, mask=None):
@@ -99,16 +102,22 @@ def local_reference_frames(points, num_neighbors, mask=None, closed_form=False):
                             a tie, the side of the mean offset
     ```
 
+    A flat neighbourhood (every `|d_j . e_min|` at most `FLAT = 1e-3` of
+    the largest `|d_j|`: a digit at `z = 0`, a planar scan) lies on no
+    side of its plane, so the normal's sign is taken from the in-plane
+    axes instead: `z = x cross (sign_y e_mid)`, with `e_mid = e_min cross
+    e_max` and `sign_y` its majority sign.
+
     The eigenvectors turn with the cloud and the signs do not change, so
     rotating the cloud by `R` turns every frame `F` into `R F`: the frames
-    are rotation-equivariant (where the largest or smallest eigenvalue is
-    repeated, as on a perfect plane or sphere, the axis is not defined and
-    the frame is any eigenvector of it). Non-finite
-    coordinates (NaN, Inf) stay in their cloud: every frame of a cloud with
-    a non-finite kept point is NaN, as is the frame of a point whose
-    neighbourhood holds one, and the other clouds' frames do not change
-    No gradient flows
-    through the frames. Computed in float32 for half inputs.
+    are rotation-equivariant, flat clouds too (where the largest or
+    smallest eigenvalue is repeated, as on a sphere or a straight line,
+    the axis is not defined and the frame is any eigenvector of it).
+    Non-finite coordinates (NaN, Inf) stay in their cloud: every frame of
+    a cloud with a non-finite kept point is NaN, as is the frame of a
+    point whose neighbourhood holds one, and the other clouds' frames do
+    not change. No gradient flows through the frames. Computed in float32
+    for half inputs.
 
     Args:
         points: `(batch, n, 3)`.
@@ -149,7 +158,16 @@ def local_reference_frames(points, num_neighbors, mask=None, closed_form=False):
         kept_finite = ops.logical_or(kept_finite, ops.logical_not(ops.cast(mask, "bool")))
     valid = ops.logical_and(finite, ops.all(kept_finite, axis=1, keepdims=True))
     x = e_max * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_max))[..., None]
-    z = e_min * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_min))[..., None]
+    along_normal = ops.einsum("bnkd,bnd->bnk", offsets, e_min)
+    z = e_min * _majority_sign(along_normal)[..., None]
+    # A flat neighbourhood lies on both sides of no plane: the majority of
+    # its offsets' projections on the normal is rounding. Its in-plane axes
+    # have signs the points decide, and fix the normal's (right-handed).
+    e_mid = _cross(e_min, e_max)
+    y = e_mid * _majority_sign(ops.einsum("bnkd,bnd->bnk", offsets, e_mid))[..., None]
+    extent = ops.sqrt(ops.max(ops.sum(offsets * offsets, axis=-1), axis=-1))
+    flat = ops.max(ops.abs(along_normal), axis=-1) <= FLAT * extent
+    z = ops.where(flat[..., None], _cross(x, y), z)
     frames = ops.stack([x, _cross(z, x), z], axis=-1)
     frames = ops.where(valid[..., None, None], frames, ops.cast(float("nan"), frames.dtype))
     return ops.stop_gradient(frames)

@@ -23,6 +23,8 @@ _TIE = 1e-6
 # `angular_distance` clips |<q, r>| below 1: the arccosine's slope is
 # infinite at 1 (Zhao et al. clip at the same value).
 _MAX_COSINE = 0.9999
+# The distance at that cosine: the least `angular_distance` returns.
+_MIN_DISTANCE = 2.0 * math.acos(_MAX_COSINE) / math.pi
 
 
 def multiply(q, r):
@@ -286,7 +288,11 @@ def angular_distance(q, r):
     `angular_distance(q, r) = 2 arccos(min(|q . r|, 0.9999)) / pi`, in
     `[0.009, 1]`: 0 for one rotation (up to the clip), 1 for rotations a
     half turn apart. The clip keeps the gradient finite (the arccosine's
-    slope is infinite at 1). Computed in float32 for half inputs.
+    slope is infinite at 1). Computed as `4 atan2(|q - s r|, |q + s r|) /
+    pi` with `s = sign(q . r)`, the same angle for unit quaternions: the
+    arccosine of a float32 cosine near 1 loses digits (3e-4 of the value
+    at the clip, and results that depend on how a compiler fuses the dot
+    product). Computed in float32 for half inputs.
 
     Args:
         q: unit quaternions `(..., 4)`.
@@ -308,5 +314,11 @@ def angular_distance(q, r):
     """
     q, original = _upcast(q)
     r = ops.cast(r, q.dtype)
-    cosine = ops.minimum(ops.abs(ops.sum(q * r, axis=-1)), _MAX_COSINE)
-    return ops.cast(2.0 * ops.arccos(cosine) / math.pi, original)
+    r = ops.where(ops.sum(q * r, axis=-1, keepdims=True) < 0, -r, r)
+    # Half the angle between q and r: tan = |q - r| / |q + r|. The norms'
+    # epsilon keeps the gradient finite where q = r (below the clip, so
+    # the value does not see it).
+    apart = ops.sqrt(ops.sum(ops.square(q - r), axis=-1) + 1e-12)
+    along = ops.sqrt(ops.sum(ops.square(q + r), axis=-1) + 1e-12)
+    distance = 4.0 * ops.arctan2(apart, along) / math.pi
+    return ops.cast(ops.maximum(distance, _MIN_DISTANCE), original)

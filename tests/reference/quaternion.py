@@ -49,8 +49,13 @@ def weighted_mean(q, weights):
 
 
 def angular_distance(q, r):
-    cosine = np.minimum(np.abs(np.sum(q * r, axis=-1)), 0.9999)
-    return 2 * np.arccos(cosine) / np.pi
+    """2 arccos(min(|q . r|, 0.9999)) / pi for unit quaternions, as the
+    library computes it (4 atan2(|q - s r|, |q + s r|) / pi, s = sign(q . r);
+    off the unit sphere, and so in gradients, the two differ)."""
+    r = np.where(np.sum(q * r, axis=-1, keepdims=True) < 0, -r, r)
+    apart = np.sqrt(np.sum((q - r) ** 2, axis=-1))
+    along = np.sqrt(np.sum((q + r) ** 2, axis=-1))
+    return np.maximum(4 * np.arctan2(apart, along) / np.pi, 2 * np.arccos(0.9999) / np.pi)
 
 
 def sigmoid(x):
@@ -129,14 +134,22 @@ def _majority_sign(projections):
 
 def local_reference_frames(points, k):
     """Rotation matrices (batch, n, 3, 3): the principal axes of each
-    point's k nearest offsets, signs by majority, y = z x x."""
+    point's k nearest offsets, signs by majority, y = z x x; on flat
+    neighbourhoods z = x x (signed e_mid)."""
     distances = np.sum((points[:, :, None] - points[:, None]) ** 2, axis=-1)
     nearest = np.argsort(distances, axis=-1, kind="stable")[..., :k]
     offsets = np.take_along_axis(points[:, None], nearest[..., None], axis=2) - points[:, :, None]
     _, vectors = np.linalg.eigh(np.einsum("bnki,bnkj->bnij", offsets, offsets) / k)
     e_min, e_max = vectors[..., 0], vectors[..., 2]
     x = e_max * _majority_sign(np.einsum("bnkd,bnd->bnk", offsets, e_max))[..., None]
-    z = e_min * _majority_sign(np.einsum("bnkd,bnd->bnk", offsets, e_min))[..., None]
+    along_normal = np.einsum("bnkd,bnd->bnk", offsets, e_min)
+    z = e_min * _majority_sign(along_normal)[..., None]
+    # Flat neighbourhoods: the normal's sign from the signed in-plane axes.
+    e_mid = np.cross(e_min, e_max)
+    y = e_mid * _majority_sign(np.einsum("bnkd,bnd->bnk", offsets, e_mid))[..., None]
+    extent = np.sqrt(np.max(np.sum(offsets**2, axis=-1), axis=-1))
+    flat = np.max(np.abs(along_normal), axis=-1) <= 1e-3 * extent
+    z = np.where(flat[..., None], np.cross(x, y), z)
     return np.stack([x, np.cross(z, x), z], axis=-1)
 
 
