@@ -91,6 +91,25 @@ def plot_history(history, path, step_log=None, score="accuracy"):
     plt.close(fig)
 
 
+def plot_accuracy_by_angle(results, angles, path):
+    """Test accuracy against the rotation angle, one line per model and
+    axis: from a rotation study's metrics (`<model>` rows holding
+    `in_plane_<angle>_accuracy` and `out_of_plane_<angle>_accuracy`)."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, axis in zip(axes, ("in_plane", "out_of_plane")):
+        for name, row in results.items():
+            if isinstance(row, dict) and f"{axis}_{angles[0]:g}_accuracy" in row:
+                ax.plot(angles, [row[f"{axis}_{a:g}_accuracy"] for a in angles], "o-", label=name)
+        ax.set_title(axis.replace("_", " ") + " rotation")
+        ax.set_xlabel("angle (degrees)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("test accuracy")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    atomic.save_figure(fig, path, dpi=100)
+    plt.close(fig)
+
+
 def _name(class_names, index):
     index = int(index)
     if class_names is not None and 0 <= index < len(class_names):

@@ -56,6 +56,7 @@ import warnings
 
 import comparison
 import data
+import geometry
 import keras
 import numpy as np
 
@@ -64,19 +65,6 @@ import keras_capsules as kc
 SHAPES = ("sphere", "cube", "cylinder", "cone")
 MODELS = ("capsules", "linear_probe", "pointnet", "quaternion", "set_capsules")
 REGIMES = ("aligned", "rotated")
-
-
-def random_rotations(rng, count):
-    """`count` rotation matrices uniform over SO(3) (QR of Gaussian
-    matrices, signs fixed so that the distribution is Haar)."""
-    q, r = np.linalg.qr(rng.normal(size=(count, 3, 3)))
-    q = q * np.sign(np.diagonal(r, axis1=1, axis2=2))[:, None, :]
-    q[np.linalg.det(q) < 0, :, 0] *= -1
-    return q
-
-
-def rotated(clouds, rng):
-    return np.einsum("bnd,bde->bne", clouds, random_rotations(rng, len(clouds))).astype("float32")
 
 
 def generated_shapes(count, points, seed):
@@ -176,7 +164,7 @@ def set_capsules(num_classes):
 
 
 def training_clouds(clouds, regime, rng):
-    return rotated(clouds, rng) if regime == "rotated" else clouds
+    return geometry.randomly_rotated(clouds, rng) if regime == "rotated" else clouds
 
 
 def build(name, args, num_classes):
@@ -273,7 +261,7 @@ def main(argv=None):
     if args.points % 16:
         parser.error(f"--points must be a multiple of 16. Received: --points {args.points}")
     clouds, labels, test_clouds, test_labels, num_classes = load(args)
-    rotated_test = rotated(test_clouds, np.random.default_rng(args.seed + 2))
+    rotated_test = geometry.randomly_rotated(test_clouds, np.random.default_rng(args.seed + 2))
     models = {
         f"{name}_trained_{regime}": comparison.Model(
             lambda name=name: build(name, args, num_classes),

@@ -21,22 +21,40 @@ random size at a random place, `--train` and `--test` of them; or
 each `(D, H, W)` or `(D, H, W, channels)`, all of one shape; read with
 `allow_pickle=False`), the last `--test-fraction` of each class held out.
 
+Or `--mnist`: MNIST digits as volumes, the rotation study. Each digit is a
+point set of its foreground pixels (`data.digit_point_clouds`, `--points`
+of them) given a thickness (`z` uniform in `+-thickness`), scaled to fit
+the grid under any rotation and voxelised into a `--size`^3 occupancy
+grid; a rotated digit is the voxelised rotated point set (no
+interpolation). Each model trains on aligned digits (`--regimes aligned`)
+and with a new uniform random 3-D rotation of every digit at every epoch
+(`rotated`), and is tested on the aligned test digits, on the same digits
+under random 3-D rotations, and, for the first `--curve-test` of them, at
+the fixed angles `--angles` in the digit's plane (about `z`, rotated
+MNIST) and out of it (about `x`): `accuracy_by_angle.png`.
+
     KERAS_BACKEND=jax python examples/volume_capsules.py
     python examples/volume_capsules.py --folder my_volumes --epochs 20
+    KERAS_BACKEND=jax python examples/volume_capsules.py --mnist --size 20 --train 10000
 
 Writes metrics.json (held-out accuracy, parameters, training seconds per
 model) to --output-dir (default runs/volume_capsules/<backend>).
 """
 
+import os
 import pathlib
 
 import comparison
+import data
+import geometry
 import keras
 import numpy as np
 
 import keras_capsules as kc
 
 SHAPES = ("none", "cube", "ball", "rod")
+MODELS = ("capsules", "cnn")
+REGIMES = ("aligned", "rotated")
 
 
 def generated_volumes(count, size, noise, seed):
@@ -140,17 +158,81 @@ def cnn_model(shape, num_classes):
     return model
 
 
+def mnist_digits(args):
+    """Training and test digits as thickened point sets in the unit ball
+    (so that every rotation stays in the grid), and their labels."""
+    splits = []
+    for split, count, seed in (
+        ("train", args.train, args.seed),
+        ("test", args.test, args.seed + 1),
+    ):
+        clouds, labels = data.mnist_point_clouds(
+            f"{split}[:{count}]", args.points, seed, data_dir=args.data_dir
+        )
+        rng = np.random.default_rng(seed + 100)
+        clouds[..., 2] = rng.uniform(-args.thickness, args.thickness, clouds.shape[:2])
+        splits += [clouds / np.sqrt(2.0 + args.thickness**2), labels]
+    return splits
+
+
+def rotation_tests(clouds, labels, args):
+    """The test sets of the rotation study: `{name: Data}`."""
+    volumes = lambda c: geometry.voxelize(c, args.size)  # noqa: E731
+    rng = np.random.default_rng(args.seed + 2)
+    tests = {
+        "aligned": comparison.Data(volumes(clouds), labels),
+        "rotated": comparison.Data(volumes(geometry.randomly_rotated(clouds, rng)), labels),
+    }
+    few, few_labels = clouds[: args.curve_test], labels[: args.curve_test]
+    for axis, name in (("z", "in_plane"), ("x", "out_of_plane")):
+        for angle in args.angles:
+            turned = geometry.rotate(few, geometry.axis_rotation(axis, angle))
+            tests[f"{name}_{angle:g}"] = comparison.Data(volumes(turned), few_labels)
+    return tests
+
+
+def rotation_training(regime, args):
+    """`fit(model, train, budget)` for `comparison.compare`: an epoch at a
+    time on the voxelised digits, rotated anew at each epoch in the
+    rotated regime (the same rotations for every model)."""
+
+    def fit(model, train, budget):
+        rng = np.random.default_rng(args.seed)
+        batches = dict(batch_size=budget.batch_size, steps_per_epoch=budget.steps_per_epoch)
+        for _ in range(budget.epochs):
+            clouds = train.x if regime == "aligned" else geometry.randomly_rotated(train.x, rng)
+            model.fit(geometry.voxelize(clouds, args.size), train.y, epochs=1, verbose=0, **batches)
+
+    return fit
+
+
 def main(argv=None):
     parser = comparison.argument_parser(__doc__, epochs=5, batch_size=16)
     parser.add_argument("--folder", help="a folder of .npy volumes per class")
     parser.add_argument("--test-fraction", type=float, default=0.2)
-    parser.add_argument("--size", type=int, default=24, help="generated volumes' side")
+    parser.add_argument(
+        "--size",
+        type=int,
+        help="the volumes' side (generated: 24; MNIST: 20, where both models "
+        "have about 415,000 parameters)",
+    )
     parser.add_argument("--noise", type=float, default=0.5)
-    parser.add_argument("--train", type=int, default=2000, help="generated training volumes")
-    parser.add_argument("--test", type=int, default=500, help="generated test volumes")
+    parser.add_argument("--train", type=int, help="training volumes (generated: 2000)")
+    parser.add_argument("--test", type=int, help="test volumes (generated: 500)")
+    parser.add_argument("--mnist", action="store_true", help="MNIST digits: the rotation study")
+    parser.add_argument("--data-dir", default=None, help="TFDS data dir (with --mnist)")
+    parser.add_argument("--points", type=int, default=2048, help="points per digit (--mnist)")
+    parser.add_argument("--thickness", type=float, default=0.15, help="digits' half depth")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--regimes", nargs="+", choices=REGIMES, default=list(REGIMES))
+    parser.add_argument("--angles", nargs="+", type=float, default=[0, 30, 60, 90, 120, 150, 180])
+    parser.add_argument("--curve-test", type=int, default=1000, help="test digits per angle")
     args = comparison.parse_args(parser, argv)
     if not 0 < args.test_fraction < 1:
         parser.error(f"--test-fraction must be in (0, 1). Received: {args.test_fraction}")
+    if args.mnist:
+        return mnist_rotation_study(args)
+    args.train, args.test, args.size = args.train or 2000, args.test or 500, args.size or 24
     if args.folder:
         x, y, x_test, y_test, classes = folder_volumes(args.folder, args.test_fraction)
     else:
@@ -179,6 +261,51 @@ def main(argv=None):
             "seed": args.seed,
         },
     )
+
+
+def mnist_rotation_study(args):
+    """`--mnist`: every model trained in every regime, tested aligned,
+    rotated and at the fixed angles; writes the angle figure."""
+    args.train, args.test, args.size = args.train or 60000, args.test or 10000, args.size or 20
+    clouds, labels, test_clouds, test_labels = mnist_digits(args)
+    shape, classes = (args.size,) * 3 + (1,), 10
+    builders = {"capsules": capsule_model, "cnn": cnn_model}
+    output_dir = comparison.output_dir(args, "volume_capsules")
+    results = comparison.compare(
+        {
+            f"{name}_trained_{regime}": comparison.Model(
+                lambda name=name: builders[name](shape, classes),
+                fit=rotation_training(regime, args),
+            )
+            for regime in args.regimes
+            for name in args.models
+        },
+        train=comparison.Data(clouds, labels),
+        test=rotation_tests(test_clouds, test_labels, args),
+        budget=comparison.Budget.from_args(args),
+        output_dir=output_dir,
+        seed=args.seed,
+        results={
+            "backend": keras.backend.backend(),
+            "data": "mnist",
+            "shape": list(shape),
+            "points": args.points,
+            "thickness": args.thickness,
+            "train": len(clouds),
+            "test": len(test_clouds),
+            "curve_test": min(args.curve_test, len(test_clouds)),
+            "angles": args.angles,
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "seed": args.seed,
+        },
+    )
+    import figures  # matplotlib, for this figure only
+
+    figures.plot_accuracy_by_angle(
+        results, args.angles, os.path.join(output_dir, "accuracy_by_angle.png")
+    )
+    return results
 
 
 if __name__ == "__main__":

@@ -78,16 +78,6 @@ def test_malformed_modelnet40_files_are_named(tmp_path, content, message):
         example("data").modelnet40_hdf5(str(tmp_path), "test")
 
 
-def test_random_rotations_are_proper_rotations():
-    rotations = example("pointcloud_capsules").random_rotations(np.random.default_rng(0), 500)
-    np.testing.assert_allclose(
-        rotations @ rotations.transpose(0, 2, 1), np.eye(3)[None].repeat(500, 0), atol=1e-12
-    )
-    np.testing.assert_allclose(np.linalg.det(rotations), 1.0)
-    # Uniform over SO(3): the rotated z axis is uniform on the sphere.
-    assert abs(rotations[:, 2, 2].mean()) < 0.1 and abs(rotations[:, 2, 2].var() - 1 / 3) < 0.05
-
-
 def test_generated_shapes_are_on_their_surfaces():
     clouds, labels = example("pointcloud_capsules").generated_shapes(40, 64, seed=0)
     assert set(labels) == {0, 1, 2, 3}

@@ -2,6 +2,7 @@
 folder of NumPy volumes; the folder reader's errors; the generated shapes."""
 
 import json
+import types
 
 import numpy as np
 import pytest
@@ -82,3 +83,31 @@ def test_generated_volumes_hold_their_shapes():
         max(r.any(axis=(1, 2)).sum(), r.any(axis=(0, 2)).sum(), r.any(axis=(0, 1)).sum()) == 16
         for r in rods
     )
+
+
+@pytest.mark.one_backend
+def test_the_mnist_rotation_study(tmp_path):
+    with example("data").mock_data(24):
+        results = example("volume_capsules").main(
+            [*TINY, "--mnist", "--train", "8", "--test", "6", "--curve-test", "4", "--size", "12",
+             "--points", "64", "--angles", "0", "90", "--output-dir", str(tmp_path)]
+        )  # fmt: skip
+    assert results["data"] == "mnist" and (results["train"], results["test"]) == (8, 6)
+    tests = ["aligned", "rotated"] + [
+        f"{axis}_{angle}" for axis in ("in_plane", "out_of_plane") for angle in (0, 90)
+    ]
+    for model in ("capsules", "cnn"):
+        for regime in ("aligned", "rotated"):
+            row = results[f"{model}_trained_{regime}"]
+            assert all(0 <= row[f"{test}_accuracy"] <= 1 for test in tests), row
+    assert (tmp_path / "accuracy_by_angle.png").stat().st_size > 0
+
+
+def test_mnist_digits_fit_the_grid_under_any_rotation():
+    volume = example("volume_capsules")
+    args = types.SimpleNamespace(train=4, test=3, seed=0, points=128, data_dir=None, thickness=0.15)
+    with example("data").mock_data(8):
+        clouds, labels, test_clouds, test_labels = volume.mnist_digits(args)
+    assert clouds.shape == (4, 128, 3) and test_clouds.shape == (3, 128, 3)
+    assert np.linalg.norm(clouds, axis=-1).max() <= 1.0 + 1e-6  # the unit ball
+    assert np.abs(clouds[..., 2]).max() > 0  # thickened
