@@ -44,6 +44,17 @@ def randomly_rotated(clouds, rng):
     return rotate(clouds, random_rotations(rng, len(clouds)))
 
 
+def at_fixed_angles(clouds, angles):
+    """`{name: clouds turned}` for every angle of `angles` (degrees) about
+    `z` (`in_plane_<angle>`: a digit at `z = 0` turns in its plane, as in
+    rotated MNIST) and about `x` (`out_of_plane_<angle>`: it tilts)."""
+    return {
+        f"{name}_{angle:g}": rotate(clouds, axis_rotation(axis, angle))
+        for axis, name in (("z", "in_plane"), ("x", "out_of_plane"))
+        for angle in angles
+    }
+
+
 def voxelize(clouds, size):
     """Occupancy grids `(N, size, size, size, 1)` float32 of clouds whose
     points lie in `[-1, 1]^3`: a cell is 1 where a point falls in it

@@ -46,12 +46,15 @@ canonical pose, scaled at random, `--train` and `--test` of them.
     KERAS_BACKEND=jax python examples/pointcloud_capsules.py --mnist --points 512 --models pointnet
     python examples/pointcloud_capsules.py --modelnet40 modelnet40_ply_hdf5_2048 --epochs 20
 
-Writes metrics.json (accuracy aligned and rotated, parameters, seconds per
-model and training regime) to --output-dir (default
+Writes metrics.json (accuracy aligned, rotated and, for the first
+`--curve-test` test clouds, at the fixed angles `--angles` about `z` (in a
+digit's plane) and about `x` (out of it); parameters, seconds per model
+and training regime) and accuracy_by_angle.png to --output-dir (default
 runs/pointcloud_capsules/<backend>).
 """
 
 import contextlib
+import os
 import warnings
 
 import comparison
@@ -255,13 +258,22 @@ def main(argv=None):
     parser.add_argument(
         "--test", type=int, help="test clouds (generated: 1000; MNIST: the first N)"
     )
+    parser.add_argument("--angles", nargs="+", type=float, default=[0, 30, 60, 90, 120, 150, 180])
+    parser.add_argument("--curve-test", type=int, default=1000, help="test clouds per angle")
     parser.add_argument("--primary-capsules", type=int, default=256)
     parser.add_argument("--pointnet-width", type=int, default=2048)
     args = comparison.parse_args(parser, argv)
     if args.points % 16:
         parser.error(f"--points must be a multiple of 16. Received: --points {args.points}")
     clouds, labels, test_clouds, test_labels, num_classes = load(args)
+    output_dir = comparison.output_dir(args, "pointcloud_capsules")
     rotated_test = geometry.randomly_rotated(test_clouds, np.random.default_rng(args.seed + 2))
+    tests = {
+        "aligned": comparison.Data(test_clouds, test_labels),
+        "rotated": comparison.Data(rotated_test, test_labels),
+    }
+    few = geometry.at_fixed_angles(test_clouds[: args.curve_test], args.angles)
+    tests.update({k: comparison.Data(c, test_labels[: args.curve_test]) for k, c in few.items()})
     models = {
         f"{name}_trained_{regime}": comparison.Model(
             lambda name=name: build(name, args, num_classes),
@@ -271,15 +283,12 @@ def main(argv=None):
         for regime in args.regimes
         for name in args.models
     }
-    return comparison.compare(
+    results = comparison.compare(
         models,
         train=comparison.Data(clouds, labels),
-        test={
-            "aligned": comparison.Data(test_clouds, test_labels),
-            "rotated": comparison.Data(rotated_test, test_labels),
-        },
+        test=tests,
         budget=comparison.Budget.from_args(args),
-        output_dir=comparison.output_dir(args, "pointcloud_capsules"),
+        output_dir=output_dir,
         seed=args.seed,
         results={
             "backend": keras.backend.backend(),
@@ -291,11 +300,19 @@ def main(argv=None):
             "train": len(clouds),
             "test": len(test_clouds),
             "points": args.points,
+            "curve_test": min(args.curve_test, len(test_clouds)),
+            "angles": args.angles,
             "epochs": args.epochs,
             "batch_size": args.batch_size,
             "seed": args.seed,
         },
     )
+    import figures  # matplotlib, for this figure only
+
+    figures.plot_accuracy_by_angle(
+        results, args.angles, os.path.join(output_dir, "accuracy_by_angle.png")
+    )
+    return results
 
 
 if __name__ == "__main__":

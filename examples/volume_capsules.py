@@ -183,11 +183,9 @@ def rotation_tests(clouds, labels, args):
         "aligned": comparison.Data(volumes(clouds), labels),
         "rotated": comparison.Data(volumes(geometry.randomly_rotated(clouds, rng)), labels),
     }
-    few, few_labels = clouds[: args.curve_test], labels[: args.curve_test]
-    for axis, name in (("z", "in_plane"), ("x", "out_of_plane")):
-        for angle in args.angles:
-            turned = geometry.rotate(few, geometry.axis_rotation(axis, angle))
-            tests[f"{name}_{angle:g}"] = comparison.Data(volumes(turned), few_labels)
+    few = geometry.at_fixed_angles(clouds[: args.curve_test], args.angles)
+    for name, turned in few.items():
+        tests[name] = comparison.Data(volumes(turned), labels[: args.curve_test])
     return tests
 
 

@@ -148,3 +148,8 @@ def test_the_example_trains_on_mnist_point_sets(tmp_path):
         )  # fmt: skip
     assert results["data"] == "mnist" and (results["train"], results["test"]) == (16, 8)
     assert 0 <= results["quaternion_trained_aligned"]["rotated_accuracy"] <= 1
+    for angle in (0, 30, 90, 180):  # the curves, on the first --curve-test digits
+        for axis in ("in_plane", "out_of_plane"):
+            assert 0 <= results["pointnet_trained_aligned"][f"{axis}_{angle}_accuracy"] <= 1
+    assert results["curve_test"] == 8
+    assert (tmp_path / "accuracy_by_angle.png").stat().st_size > 0
