@@ -139,3 +139,13 @@ def exclusive(lock_path):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def save_npz(path, arrays):
+    """`np.savez` whole or not at all (a temporary file, then renamed): other
+    processes wait for the file and read it as soon as it exists."""
+    import numpy as np
+
+    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)

@@ -21,7 +21,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from tests.conftest import exclusive
+from tests.conftest import exclusive, save_npz
 from tests.parity.registry import load_cases
 from tests.reference.finite_diff import fd_gradients
 
@@ -96,9 +96,7 @@ def _write_references(path):
             arrays[f"{name}|out|{i}"] = out
         for k, grad in (fd_gradients(case, inputs) if case.diff else {}).items():
             arrays[f"{name}|grad|{k}"] = grad
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    save_npz(path, arrays)
 
 
 def _run_missing_workers(paths, references):

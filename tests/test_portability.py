@@ -45,7 +45,7 @@ import numpy as np
 import pytest
 
 import keras_capsules as kc  # Registers the classes that load_model looks up.
-from tests.conftest import exclusive
+from tests.conftest import exclusive, save_npz
 from tests.models.ready_models import READY_MODELS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -156,7 +156,7 @@ def save_worker(folder):
         _, predictions[f"ready|{name}|moved"] = _ready_step(model, x, y)
         model.save(os.path.join(folder, f"ready-{name}.keras"))
         predictions[f"ready|{name}"] = _ready_outputs(model, name, x)
-    _save_npz(os.path.join(folder, "predictions.npz"), predictions)
+    save_npz(os.path.join(folder, "predictions.npz"), predictions)
 
 
 def _resume_ready_models(root, results):
@@ -213,14 +213,7 @@ def load_worker(root, out):
     fresh.compile()
     results["auto_jit_compile"] = np.array(bool(fresh.jit_compile))
     _resume_ready_models(root, results)
-    _save_npz(out, results)
-
-
-def _save_npz(path, arrays):
-    """Whole or not at all: the other backends' workers wait for the file."""
-    tmp = f"{path}.{os.getpid()}.tmp.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    save_npz(out, results)
 
 
 def worker(root, backends):
