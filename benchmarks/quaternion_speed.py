@@ -3,7 +3,7 @@
 usage: python benchmarks/quaternion_speed.py [--backends tensorflow,torch,jax]
            [--batch 32] [--points 256] [--classes 4] [--repeats 5]
            [--warmup 2] [--timeout 1800] [--closed-form] [--jit-compile]
-           [--json out.json]
+           [--settings JSON] [--given-frames] [--json out.json]
 
 `keras_capsules.models.QuaternionCapsuleClassifier` at its documented
 settings (16 primary capsule types on 64 patches of 16 points, local
@@ -19,7 +19,13 @@ cross-entropy for the PointNet), train on `--batch` random clouds of
 `--closed-form` routes with `QuaternionRouting(closed_form=True)` (means
 and local frames by `keras_capsules.small_eigen` instead of `eigh`);
 `--jit-compile` compiles both models with `jit_compile=True` (XLA on
-TensorFlow too).
+TensorFlow too). `--settings '{"num_patches": 16, "primary_capsules": 8,
+"iterations": 1}'` changes the classifier's settings (any of
+`primary_capsules`, `num_patches`, `patch_size`, `frame_neighbors`, and the
+router's `iterations`). `--given-frames` gives the classifier the batch's
+local frames computed beforehand (its frames layer returns them), to time
+the rest of its step, as when the frames are part of the data (the
+`frames` part then times that stand-in).
 
 Both models train in one worker process per backend (benchmarks/harness.py),
 their steps alternating within each repeat (`harness.time_interleaved`), so
@@ -27,6 +33,8 @@ that the ratio is measured under the same load. The parts of the
 classifier's forward pass are timed the same way, each compiled as a
 training step is (`tf.function`, `jax.jit`, eager torch):
 
+- `neighbours`: the frames' neighbour search alone (`point_cloud.nearest_neighbors`
+  of every point: squared distances, `top_k`);
 - `frames`: the local reference frames of every point (`LocalReferenceFrames`:
   neighbours, covariances, 3x3 eigenvectors, quaternions);
 - `means`: one `quaternion.weighted_mean` at the patch routing's size
@@ -40,6 +48,7 @@ Columns: median (best) of `--repeats`, in ms, and the process CPU time
 (median) per call, which a busy machine inflates less than wall time.
 """
 
+import json
 import os
 
 import harness
@@ -127,8 +136,15 @@ def worker(config):
     batch, points_per_cloud = config["batch"], config["points"]
     points = rng.normal(size=(batch, points_per_cloud, 3)).astype("float32")
     labels = rng.integers(0, config["classes"], batch)
-    router = kc.routing.QuaternionRouting(closed_form=config["closed_form"])
-    model = kc.models.QuaternionCapsuleClassifier(config["classes"], router=router, **DOCS_SETTINGS)
+    settings = {**DOCS_SETTINGS, **config["settings"]}
+    iterations = settings.pop("iterations", 3)
+    router = kc.routing.QuaternionRouting(iterations, closed_form=config["closed_form"])
+    model = kc.models.QuaternionCapsuleClassifier(config["classes"], router=router, **settings)
+    if config["given_frames"]:
+        centred = points - points.mean(axis=1, keepdims=True)
+        given = ops.convert_to_tensor(ops.convert_to_numpy(model.frames(centred)))
+        # The frames layer returns the batch's frames: the step without them.
+        model.frames.call = lambda points, mask=None: given
     jit = True if config["jit_compile"] else "auto"
     model.compile(jit_compile=jit)
     baseline = pointnet(config["classes"], jit)
@@ -147,7 +163,6 @@ def worker(config):
     )
 
     # The parts, at the sizes of one step.
-    settings = DOCS_SETTINGS
     p, k, c = settings["num_patches"], settings["patch_size"], settings["primary_capsules"]
     means_q = rng.normal(size=(batch * p, c, k, 4))
     means_q /= np.linalg.norm(means_q, axis=-1, keepdims=True)
@@ -156,6 +171,9 @@ def worker(config):
     votes = ops.convert_to_tensor(ops.transpose(means_q, (0, 2, 1, 3)))
     router = model.patch_capsules.router
     x = ops.convert_to_tensor(points)
+
+    def neighbours(x):
+        return (kc.point_cloud.nearest_neighbors(x, x, settings["frame_neighbors"]),)
 
     def frames(x):
         return (model.frames(x),)
@@ -175,6 +193,7 @@ def worker(config):
         return (model(x),)
 
     parts = {
+        "neighbours": (compiled(neighbours, backend, config["jit_compile"]), x),
         "frames": (compiled(frames, backend, config["jit_compile"]), x),
         "means": (compiled(means, backend, config["jit_compile"]), means_q),
         "means + gradient": (compiled(means_grad, backend, config["jit_compile"]), means_q),
@@ -206,7 +225,8 @@ def print_report(rows, args):
     title = (
         f"QuaternionCapsuleClassifier ({sizes['parameters']} parameters) "
         f"against a PointNet ({sizes['pointnet_parameters']}), batch "
-        f"{args.batch} of {args.points} points, {harness.machine()}; median (best) of "
+        f"{args.batch} of {args.points} points, settings {args.settings or 'defaults'}"
+        f"{', frames given' if args.given_frames else ''}, {harness.machine()}; median (best) of "
         f"{args.repeats} in ms, CPU ms median:"
     )
     cells = []
@@ -240,18 +260,24 @@ def main():
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--closed-form", action="store_true")
     parser.add_argument("--jit-compile", action="store_true")
+    parser.add_argument("--settings", default="", help="JSON: the classifier's settings")
+    parser.add_argument("--given-frames", action="store_true")
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.worker:
-        import json
-
         return worker(json.loads(args.worker))
+    settings = json.loads(args.settings) if args.settings else {}
+    unknown = set(settings) - set(DOCS_SETTINGS) - {"iterations"}
+    if unknown:
+        parser.error(
+            f"--settings takes {sorted(DOCS_SETTINGS)} and iterations. Received: {unknown}"
+        )
     rows = []
     for backend in args.backends.split(","):
         config = dict(
             backend=backend, batch=args.batch, points=args.points, classes=args.classes,
             repeats=args.repeats, warmup=args.warmup, closed_form=args.closed_form,
-            jit_compile=args.jit_compile,
+            jit_compile=args.jit_compile, settings=settings, given_frames=args.given_frames,
         )  # fmt: skip
         harness.log(f"{backend}: quaternion classifier and PointNet steps, parts")
         result, error = harness.measure(__file__, config, timeout=args.timeout)
