@@ -7,6 +7,7 @@ import types
 import numpy as np
 import pytest
 
+from tests.conftest import on_torch
 from tests.examples.test_scripts import example
 
 TINY = ["--epochs", "1", "--batch-size", "4"]
@@ -85,7 +86,7 @@ def test_generated_volumes_hold_their_shapes():
     )
 
 
-@pytest.mark.one_backend
+@on_torch
 def test_the_mnist_rotation_study(tmp_path):
     with example("data").mock_data(24):
         results = example("volume_capsules").main(
