@@ -55,6 +55,16 @@ def at_fixed_angles(clouds, angles):
     }
 
 
+def rotation_test_sets(clouds, labels, rng, angles, curve_test):
+    """The test sets of a rotation study, `{name: (clouds, labels)}`:
+    `aligned`, `rotated` (each cloud under a uniform random rotation drawn
+    from `rng`) and, for the first `curve_test` clouds, `at_fixed_angles`."""
+    tests = {"aligned": (clouds, labels), "rotated": (randomly_rotated(clouds, rng), labels)}
+    for name, turned in at_fixed_angles(clouds[:curve_test], angles).items():
+        tests[name] = (turned, labels[:curve_test])
+    return tests
+
+
 def voxelize(clouds, size):
     """Occupancy grids `(N, size, size, size, 1)` float32 of clouds whose
     points lie in `[-1, 1]^3`: a cell is 1 where a point falls in it

@@ -267,13 +267,10 @@ def main(argv=None):
         parser.error(f"--points must be a multiple of 16. Received: --points {args.points}")
     clouds, labels, test_clouds, test_labels, num_classes = load(args)
     output_dir = comparison.output_dir(args, "pointcloud_capsules")
-    rotated_test = geometry.randomly_rotated(test_clouds, np.random.default_rng(args.seed + 2))
-    tests = {
-        "aligned": comparison.Data(test_clouds, test_labels),
-        "rotated": comparison.Data(rotated_test, test_labels),
-    }
-    few = geometry.at_fixed_angles(test_clouds[: args.curve_test], args.angles)
-    tests.update({k: comparison.Data(c, test_labels[: args.curve_test]) for k, c in few.items()})
+    tests = geometry.rotation_test_sets(
+        test_clouds, test_labels, np.random.default_rng(args.seed + 2), args.angles, args.curve_test
+    )
+    tests = {name: comparison.Data(c, y) for name, (c, y) in tests.items()}
     models = {
         f"{name}_trained_{regime}": comparison.Model(
             lambda name=name: build(name, args, num_classes),

@@ -176,17 +176,10 @@ def mnist_digits(args):
 
 
 def rotation_tests(clouds, labels, args):
-    """The test sets of the rotation study: `{name: Data}`."""
-    volumes = lambda c: geometry.voxelize(c, args.size)  # noqa: E731
+    """The test sets of the rotation study, voxelised: `{name: Data}`."""
     rng = np.random.default_rng(args.seed + 2)
-    tests = {
-        "aligned": comparison.Data(volumes(clouds), labels),
-        "rotated": comparison.Data(volumes(geometry.randomly_rotated(clouds, rng)), labels),
-    }
-    few = geometry.at_fixed_angles(clouds[: args.curve_test], args.angles)
-    for name, turned in few.items():
-        tests[name] = comparison.Data(volumes(turned), labels[: args.curve_test])
-    return tests
+    tests = geometry.rotation_test_sets(clouds, labels, rng, args.angles, args.curve_test)
+    return {k: comparison.Data(geometry.voxelize(c, args.size), y) for k, (c, y) in tests.items()}
 
 
 def rotation_training(regime, args):

@@ -42,3 +42,17 @@ def test_voxelize_marks_the_cells_that_hold_points():
     expected[0, 0, 0, 0] = expected[0, 3, 3, 3] = expected[0, 2, 2, 2] = 1
     expected[1, 3, 0, 3] = 1  # outside: the border cells
     np.testing.assert_array_equal(grids[..., 0], expected)
+
+
+def test_rotation_test_sets_name_every_test():
+    geometry = example("geometry")
+    clouds = np.random.default_rng(0).normal(size=(5, 7, 3)).astype("float32")
+    labels = np.arange(5)
+    tests = geometry.rotation_test_sets(clouds, labels, np.random.default_rng(1), [0, 90], 3)
+    assert list(tests) == ["aligned", "rotated", "in_plane_0", "in_plane_90", "out_of_plane_0",
+                           "out_of_plane_90"]  # fmt: skip
+    np.testing.assert_array_equal(tests["aligned"][0], clouds)
+    expected = geometry.randomly_rotated(clouds, np.random.default_rng(1))
+    np.testing.assert_array_equal(tests["rotated"][0], expected)
+    np.testing.assert_allclose(tests["in_plane_0"][0], clouds[:3], atol=1e-6)
+    np.testing.assert_array_equal(tests["out_of_plane_90"][1], labels[:3])
