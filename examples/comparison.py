@@ -23,6 +23,7 @@ not the library's speed (see `benchmarks/` for that).
 import argparse
 import contextlib
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Callable
@@ -53,6 +54,17 @@ def argument_parser(doc, epochs, batch_size):
         "--output-dir", help="where metrics.json goes (default: runs/<example>/<backend>)"
     )
     return parser
+
+
+def add_resume_argument(parser):
+    """`--resume`: a run stopped part way (killed, out of time) goes on
+    from the models it had finished (`compare(..., resume=True)`)."""
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the rows of the models this run (the same data, budget and seed) already "
+        "finished in --output-dir's metrics.json, and train only the others",
+    )
 
 
 def add_pretrained_arguments(parser, preset_help):
@@ -233,28 +245,69 @@ def compare(
     results=None,
     seed=0,
     score=accuracy,
+    resume=False,
 ):
     """Trains, times and evaluates every model of `models` and writes
-    `output_dir/metrics.json`; returns the metrics dict.
+    `output_dir/metrics.json` (again after each model: a stopped run keeps
+    the rows it finished); returns the metrics dict.
 
     models: `{name: Model or build function}`, trained in this order.
     train: the training `Data`; test: the test `Data`, or `{test name:
     Data}` (each score `<test name>_<score>`). budget: a `Budget`.
     results: the run's description (data, budget, seed), first in
     metrics.json; each model's row follows under its name. score(model,
-    test) -> `{score name: value}` (default: `accuracy`).
+    test) -> `{score name: value}` (default: `accuracy`). resume: keep the
+    rows of `models` that `output_dir/metrics.json` already holds, when
+    that file describes the same run (`results`), and train the others.
     """
     results = dict(results or {})
+    path = os.path.join(output_dir, "metrics.json")
+    finished = finished_rows(path, results) if resume else {}
+    # Rows of models this run leaves out stay in the file.
+    results.update({name: row for name, row in finished.items() if name not in models})
     table = Table(list(models))
-    for name, entry in models.items():
-        entry = entry if isinstance(entry, Model) else Model(entry)
-        results[name] = row = train_and_evaluate(
-            entry, entry.train or train, entry.test or test, budget, seed, score
-        )
-        table.print_row(name, row)
     os.makedirs(output_dir, exist_ok=True)
-    atomic.write_json(os.path.join(output_dir, "metrics.json"), results)
+    for name, entry in models.items():
+        if name in finished:
+            results[name] = row = finished[name]
+        else:
+            entry = entry if isinstance(entry, Model) else Model(entry)
+            results[name] = row = train_and_evaluate(
+                entry, entry.train or train, entry.test or test, budget, seed, score
+            )
+            atomic.write_json(path, results)
+        table.print_row(name, row)
+    atomic.write_json(path, results)
     return results
+
+
+def finished_rows(path, description):
+    """The models' rows in the metrics.json at `path`, when it describes the
+    run `description`; `{}` when there is no file yet."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        saved = json.load(f)
+    if not isinstance(saved, dict):
+        raise ValueError(f"--resume: {path} is not a metrics.json of this script")
+    saved_description = {k: v for k, v in saved.items() if not is_row(v)}
+    # JSON round trip: tuples become lists, as in the file.
+    differs = sorted(
+        key
+        for key in set(saved_description) | set(description)
+        if json.loads(json.dumps(description.get(key))) != saved_description.get(key)
+    )
+    if differs:
+        raise ValueError(
+            f"--resume: {path} is of another run (it differs in {', '.join(differs)}); "
+            "pass another --output-dir or leave out --resume"
+        )
+    return {name: row for name, row in saved.items() if is_row(row)}
+
+
+def is_row(value):
+    """Whether a metrics.json entry is a model's row."""
+    return isinstance(value, dict) and "train_seconds" in value
 
 
 def train_and_evaluate(entry, train, test, budget, seed, score):

@@ -1278,6 +1278,49 @@ def mnist_point_clouds(split, points=512, seed=0, lift=True, data_dir=None, down
     return clouds, labels.numpy()
 
 
+# MNIST as sequences: row by row (28 steps of 28 pixels) or pixel by pixel
+# (784 steps of 1; "sequential MNIST"), and pixel by pixel in one fixed
+# random order ("permuted MNIST"; Le et al., 2015).
+SEQUENCE_FORMS = ("rows", "pixels", "permuted")
+# The permutation of "permuted" is drawn once from this seed, whatever the
+# run's seed: every run and every model sees the same order.
+PERMUTATION_SEED = 92916
+
+
+def pixel_permutation(length=28 * 28):
+    """The fixed order of permuted MNIST's pixels: an `(length,)` int array."""
+    return np.random.default_rng(PERMUTATION_SEED).permutation(length)
+
+
+def digit_sequences(images, form):
+    """Digit images as sequences: float32 in `[0, 1]`, `(N, H, W)` for
+    `"rows"`, `(N, H W, 1)` for `"pixels"` (row-major order) and
+    `"permuted"` (the order of `pixel_permutation`)."""
+    if form not in SEQUENCE_FORMS:
+        raise ValueError(f"form must be one of {SEQUENCE_FORMS}. Received: form={form!r}")
+    images = np.asarray(images)
+    if images.ndim == 4 and images.shape[-1] == 1:
+        images = images[..., 0]
+    if images.ndim != 3:
+        raise ValueError(f"images must be (N, H, W) or (N, H, W, 1). Received: {images.shape}")
+    pixels = images.astype("float32") / 255.0
+    if form == "rows":
+        return pixels
+    n, height, width = pixels.shape
+    pixels = pixels.reshape(n, height * width, 1)
+    if form == "permuted":
+        pixels = pixels[:, pixel_permutation(height * width)]
+    return pixels
+
+
+def mnist_sequences(split, form, data_dir=None, download=True):
+    """MNIST digits as sequences: `(sequences float32, labels (N,) int32)` of
+    a TFDS split (`"train"`, `"test"`, slices too), made by
+    `digit_sequences`."""
+    images, labels = _all_examples("mnist", split, data_dir, download)
+    return digit_sequences(images.numpy(), form), labels.numpy()
+
+
 # ModelNet40 in its common HDF5 release (modelnet40_ply_hdf5_2048: files
 # ply_data_train0.h5 ... ply_data_test1.h5, each with `data` (N, 2048, 3)
 # float32 points and `label` (N, 1) class ids of 40 classes).

@@ -98,3 +98,43 @@ def test_the_shared_flags():
     assert comparison.learning_rate(comparison.parse_args(parser, ["--preset", "p"])) == 5e-5
     frozen = ["--preset", "p", "--freeze-backbone"]
     assert comparison.learning_rate(comparison.parse_args(parser, frozen)) == 1e-3
+
+
+@pytest.mark.one_backend
+def test_a_stopped_run_resumes_from_the_models_it_finished(tmp_path):
+    comparison = example("comparison")
+    built = []
+
+    def build(width):
+        def make():
+            built.append(width)
+            return tiny_model(width)
+
+        return make
+
+    def run(names, resume, description=None):
+        return comparison.compare(
+            {name: build(width) for name, width in names.items()},
+            train=data(8, 0),
+            test=data(4, 1),
+            budget=comparison.Budget(1, 4),
+            output_dir=str(tmp_path),
+            results=description or {"run": "tiny", "epochs": 1},
+            resume=resume,
+        )
+
+    first = run({"a": 2}, resume=False)  # the run stopped after model "a"
+    resumed = run({"a": 2, "b": 3}, resume=True)
+    assert built == [2, 3]  # "a" was not trained again
+    assert resumed["a"] == first["a"] and resumed["b"]["parameters"] == 4 * 3 + 3 + 2 * 3 + 2
+    with open(tmp_path / "metrics.json") as f:
+        assert json.load(f) == json.loads(json.dumps(resumed))
+    # A subset keeps the other rows in the file; without --resume all train.
+    assert run({"b": 3}, resume=True)["a"] == first["a"] and built == [2, 3]
+    run({"b": 3}, resume=False)
+    assert built == [2, 3, 3]
+    with pytest.raises(ValueError, match="another run.*epochs"):
+        run({"a": 2}, resume=True, description={"run": "tiny", "epochs": 2})
+    parser = comparison.argument_parser("Title", epochs=1, batch_size=4)
+    comparison.add_resume_argument(parser)
+    assert comparison.parse_args(parser, ["--resume"]).resume

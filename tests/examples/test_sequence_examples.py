@@ -54,3 +54,34 @@ def test_vit_example_trains_both_heads_on_one_backbone(tmp_path):
     assert (results["train"], results["test"]) == (16, 8)
     for name in ("vit_pooled", "vit_capsules"):
         assert 0 <= results[name]["accuracy"] <= 1, name
+
+
+@on_torch
+def test_mnist_sequence_example_trains_every_model(tmp_path):
+    """`--smoke` on rows: fake TFDS digits, no dataset needed."""
+    results = example("sequence_mnist").main(["--smoke", "--output-dir", str(tmp_path)])
+    with open(tmp_path / "metrics.json") as f:
+        assert json.load(f) == json.loads(json.dumps(results))
+    assert (results["train"], results["test"], results["steps"]) == (24, 8, 28)
+    for name in example("sequence_mnist").MODELS:
+        assert 0 <= results[name]["accuracy"] <= 1, name
+        assert results[name]["train_samples_per_second"] > 0
+    # The two Transformers share a backbone: the heads make the difference.
+    assert results["transformer_capsules"]["parameters"] > results["transformer"]["parameters"]
+
+
+def test_digits_become_rows_pixels_and_one_fixed_permutation():
+    data = example("data")
+    images = np.random.default_rng(0).integers(0, 256, (3, 28, 28), dtype=np.uint8)
+    rows = data.digit_sequences(images, "rows")
+    pixels = data.digit_sequences(images[..., None], "pixels")
+    permuted = data.digit_sequences(images, "permuted")
+    assert rows.shape == (3, 28, 28) and pixels.shape == permuted.shape == (3, 784, 1)
+    assert rows.dtype == pixels.dtype == "float32" and rows.max() <= 1.0
+    np.testing.assert_array_equal(pixels[:, :, 0], rows.reshape(3, 784))
+    order = data.pixel_permutation()
+    assert sorted(order) == list(range(784)) and (order != np.arange(784)).any()
+    np.testing.assert_array_equal(permuted[:, :, 0], pixels[:, order, 0])
+    np.testing.assert_array_equal(order, data.pixel_permutation())  # fixed
+    with pytest.raises(ValueError, match="form"):
+        data.digit_sequences(images, "columns")
