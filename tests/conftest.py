@@ -78,8 +78,12 @@ def one_backend(nodeid):
 def pytest_collection_modifyitems(config, items):
     # Tests marked `one_backend` (the example scripts' and benchmarks' smoke
     # runs: Keras code above the layers, which every backend's own tests
-    # cover) run on one backend per suite run, so the whole suite stays
+    # cover; and the tests that a recipe learns: what it learns rests on its
+    # forward values and gradients, which the parity tests check on every
+    # backend) run on one backend per suite run, so the whole suite stays
     # within the CI time; ON_EVERY_BACKEND=1 runs them on every backend.
+    # A named backend (`one_backend("torch")`) is the one where the test
+    # runs fastest.
     if os.environ.get("ON_EVERY_BACKEND"):
         return
     for item in items:

@@ -121,6 +121,7 @@ def test_models_without_layers_to_calibrate_are_refused():
         calibrate("model", np.zeros((2, 6, 4)))
 
 
+@pytest.mark.one_backend("torch")  # what it learns: tests/test_learning.py
 def test_five_routed_layers_learn_once_calibrated():
     """The recipe of docs/routing.md ("Deep capsule networks"): five routed
     layers, calibrated on a batch of training data, then trained with the

@@ -22,6 +22,7 @@ Measured on the three backends (2-core CPU): multi-label losses of
 
 import keras
 import numpy as np
+import pytest
 
 import keras_capsules as kc
 
@@ -69,6 +70,7 @@ def constant_margin_loss(labels):
     return per_class.min(axis=0).sum()
 
 
+@pytest.mark.one_backend("torch")  # what it learns: tests/test_learning.py
 def test_multilabel_images_recipe_learns():
     keras.utils.set_random_seed(0)
     images_train, k_hot_train = shapes(IMAGES, seed=0, places=3)
@@ -122,6 +124,7 @@ def counting(count, seed):
     return tokens.astype("int32"), labels.astype("int32")
 
 
+@pytest.mark.one_backend("torch")  # what it learns: tests/test_learning.py
 def test_sequence_classifier_on_a_backbone_trained_from_scratch_learns_with_the_defaults():
     keras.utils.set_random_seed(0)
     x_train, y_train = counting(SEQUENCES, seed=0)

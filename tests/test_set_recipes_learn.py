@@ -9,6 +9,7 @@ chance."""
 
 import keras
 import numpy as np
+import pytest
 
 import keras_capsules as kc
 from tests.test_case import to_numpy
@@ -47,6 +48,7 @@ def _fit(model, x, y, epochs):
     return start, model.evaluate(x, y, verbose=0)
 
 
+@pytest.mark.one_backend("torch")  # what it learns: tests/test_learning.py
 def test_point_clouds_of_unknown_size():
     keras.utils.set_random_seed(0)
     points = keras.Input((None, 3))
@@ -62,6 +64,7 @@ def test_point_clouds_of_unknown_size():
     assert loss < 0.3 * start and accuracy > 0.9, (start, loss, accuracy)
 
 
+@pytest.mark.one_backend("jax")  # what it learns: tests/test_learning.py
 def test_padded_token_sequences_after_a_gru():
     keras.utils.set_random_seed(0)
     tokens = keras.Input((None,), dtype="int32")

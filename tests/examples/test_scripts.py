@@ -440,6 +440,7 @@ def tiny_run(output_dir, *flags, load_data=None):
     )
 
 
+@pytest.mark.one_backend("torch")  # what it learns: tests/test_learning.py
 def test_seed_makes_runs_repeatable(tmp_path):
     """common.run seeds data order and initial weights: same --seed, same run."""
     with pytest.raises(SystemExit):
@@ -699,6 +700,7 @@ def test_multilabel_shapes_labels_match_the_images():
     assert images[numbers == 0].max() < 0.2 and images[numbers > 0].max() == 1.0
 
 
+@pytest.mark.one_backend("torch")  # what it learns: tests/test_learning.py
 def test_monitor_logs_the_routed_layers_and_draws_them(tmp_path):
     """--monitor: CapsuleMonitor on the held-out images, its measures as
     training_log.csv columns, its figures beside the others."""

@@ -162,6 +162,7 @@ def test_foreground_weight_is_background_over_foreground():
     assert data.foreground_weight(empty) == 1.0
 
 
+@pytest.mark.one_backend("torch")  # what it learns: tests/test_learning.py
 def test_unet_shapes_and_learning():
     import keras
 

@@ -191,6 +191,7 @@ def _state_dict(path):
     return kc.convert.torch_zip.read_state_dict(path)
 
 
+@pytest.mark.one_backend("torch")  # what it learns: tests/test_learning.py
 def test_learns_which_keyword_a_sequence_holds():
     # Sequences of 4-12 tokens of noise (ids 4-29), padded with 0; one of the
     # keywords 1, 2, 3 somewhere in each: its class.

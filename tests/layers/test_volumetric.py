@@ -142,6 +142,7 @@ def blobs(count, size=12, seed=0):
     return volumes, labels
 
 
+@pytest.mark.one_backend("torch")  # what it learns: tests/test_learning.py
 def test_a_volumetric_capsule_network_learns():
     keras.utils.set_random_seed(0)
     x = keras.Input((12, 12, 12, 1))

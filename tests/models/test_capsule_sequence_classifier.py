@@ -38,6 +38,7 @@ def weights_of(model):
     return [to_numpy(w).copy() for w in model.weights]
 
 
+@pytest.mark.one_backend("torch")  # what it learns: tests/test_learning.py
 def test_learns_on_a_frozen_backbone_with_the_defaults():
     backbone = bert()
     model = CapsuleSequenceClassifier(backbone, 2)
@@ -91,6 +92,7 @@ def test_pretrained_is_saved_and_old_files_keep_fine_tuning():
     np.testing.assert_allclose(old.default_learning_rate, 5e-5, rtol=1e-6)
 
 
+@pytest.mark.one_backend("torch")  # what it learns: tests/test_learning.py
 def test_fine_tunes_the_backbone_when_it_is_trainable():
     backbone = bert()
     model = CapsuleSequenceClassifier(backbone, 2, hidden_dim=32, num_parts=8, part_dim=16)

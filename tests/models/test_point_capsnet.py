@@ -86,6 +86,7 @@ def test_the_default_model_has_the_authors_parameter_count():
     assert (trainable, running) == (69_502_784, 40_512)
 
 
+@pytest.mark.one_backend("jax")  # what it learns: tests/test_learning.py
 def test_the_autoencoder_learns_generated_shapes_with_the_defaults():
     clouds, _ = shapes(64, points=32)
     keras.utils.set_random_seed(0)

@@ -17,6 +17,7 @@ def autoencoder(seed=0):
     return PointCapsNet(**TINY)
 
 
+@pytest.mark.one_backend("jax")  # what it learns: tests/test_learning.py
 def test_class_capsules_learn_generated_shapes_with_the_defaults():
     model = PointCapsuleClassifier(autoencoder(), 3)
     clouds, labels = shapes(96, points=32)

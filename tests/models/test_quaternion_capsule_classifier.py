@@ -54,6 +54,7 @@ def test_scores_of_flat_clouds_do_not_change_under_rotation():
         np.testing.assert_allclose(turned, scores, atol=1e-5)
 
 
+@pytest.mark.one_backend("jax")  # what it learns: tests/test_learning.py
 def test_learns_generated_shapes_with_the_defaults():
     # Slow for the first few epochs (the agreements start alike for every
     # class), then steady: measured 0.51 of the first loss, 0.72 accuracy.

@@ -93,6 +93,7 @@ def test_loss_is_the_papers_and_includes_the_masked_reconstruction():
 
 
 class TestSegCaps(ModelTestCase):
+    @pytest.mark.one_backend("torch")  # what it learns: tests/test_learning.py
     def test_model_learns_with_the_defaults(self):
         """`compile()` then `fit(images, masks)`: the loss falls on images
         whose masks follow from them; the model saves and loads."""
