@@ -50,7 +50,8 @@ Writes metrics.json (accuracy aligned, rotated and, for the first
 `--curve-test` test clouds, at the fixed angles `--angles` about `z` (in a
 digit's plane) and about `x` (out of it); parameters, seconds per model
 and training regime) and accuracy_by_angle.png to --output-dir (default
-runs/pointcloud_capsules/<backend>).
+runs/pointcloud_capsules/<backend>); metrics.json after each model too, and
+`--resume` goes on from the models a stopped run finished.
 """
 
 import contextlib
@@ -262,6 +263,7 @@ def main(argv=None):
     parser.add_argument("--curve-test", type=int, default=1000, help="test clouds per angle")
     parser.add_argument("--primary-capsules", type=int, default=256)
     parser.add_argument("--pointnet-width", type=int, default=2048)
+    comparison.add_resume_argument(parser)
     args = comparison.parse_args(parser, argv)
     if args.points % 16:
         parser.error(f"--points must be a multiple of 16. Received: --points {args.points}")
@@ -287,6 +289,7 @@ def main(argv=None):
         budget=comparison.Budget.from_args(args),
         output_dir=output_dir,
         seed=args.seed,
+        resume=args.resume,
         results={
             "backend": keras.backend.backend(),
             "data": "mnist"

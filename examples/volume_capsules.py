@@ -38,7 +38,8 @@ MNIST) and out of it (about `x`): `accuracy_by_angle.png`.
     KERAS_BACKEND=jax python examples/volume_capsules.py --mnist --size 20 --train 10000
 
 Writes metrics.json (held-out accuracy, parameters, training seconds per
-model) to --output-dir (default runs/volume_capsules/<backend>).
+model) to --output-dir (default runs/volume_capsules/<backend>), after each
+model; `--resume` goes on from the models a stopped run finished.
 """
 
 import os
@@ -218,6 +219,7 @@ def main(argv=None):
     parser.add_argument("--regimes", nargs="+", choices=REGIMES, default=list(REGIMES))
     parser.add_argument("--angles", nargs="+", type=float, default=[0, 30, 60, 90, 120, 150, 180])
     parser.add_argument("--curve-test", type=int, default=1000, help="test digits per angle")
+    comparison.add_resume_argument(parser)
     args = comparison.parse_args(parser, argv)
     if not 0 < args.test_fraction < 1:
         parser.error(f"--test-fraction must be in (0, 1). Received: {args.test_fraction}")
@@ -240,6 +242,7 @@ def main(argv=None):
         budget=comparison.Budget.from_args(args),
         output_dir=comparison.output_dir(args, "volume_capsules"),
         seed=args.seed,
+        resume=args.resume,
         results={
             "backend": keras.backend.backend(),
             "data": args.folder and "folder" or "generated",
@@ -276,6 +279,7 @@ def mnist_rotation_study(args):
         budget=comparison.Budget.from_args(args),
         output_dir=output_dir,
         seed=args.seed,
+        resume=args.resume,
         results={
             "backend": keras.backend.backend(),
             "data": "mnist",

@@ -88,11 +88,13 @@ def test_generated_volumes_hold_their_shapes():
 
 @on_torch
 def test_the_mnist_rotation_study(tmp_path):
+    argv = [*TINY, "--mnist", "--train", "8", "--test", "6", "--curve-test", "4", "--size", "12",
+            "--points", "64", "--angles", "0", "90", "--output-dir", str(tmp_path)]  # fmt: skip
     with example("data").mock_data(24):
-        results = example("volume_capsules").main(
-            [*TINY, "--mnist", "--train", "8", "--test", "6", "--curve-test", "4", "--size", "12",
-             "--points", "64", "--angles", "0", "90", "--output-dir", str(tmp_path)]
-        )  # fmt: skip
+        results = example("volume_capsules").main(argv)
+        # Stopped after its models finished: --resume trains none again.
+        resumed = example("volume_capsules").main([*argv, "--resume"])
+    assert resumed == results
     assert results["data"] == "mnist" and (results["train"], results["test"]) == (8, 6)
     tests = ["aligned", "rotated"] + [
         f"{axis}_{angle}" for axis in ("in_plane", "out_of_plane") for angle in (0, 90)
