@@ -76,6 +76,9 @@ def test_config_without_architecture_is_the_mnist_model():
     assert EfficientCapsNet.from_config(old).get_config() == config
 
 
+# The smallNORB architecture is built of the same layers as the MNIST one,
+# whose harness runs on every backend.
+@pytest.mark.one_backend("jax")
 def test_smallnorb_architecture_fits_and_round_trips():
     model = EfficientCapsNet((24, 24, 2), 3, architecture="smallnorb")
     model.compile(jit_compile=jit_compile_for_backend(xla_on_tensorflow=False))
