@@ -52,7 +52,8 @@ MODELS = ("capsules", "vector_routing", "transformer_capsules", "transformer", "
 NUM_CLASSES = 10
 # (kernel size, strides) of the capsules' convolution and primary capsules:
 # 48 primary capsules (12 positions of 4 types) in both forms, each seeing
-# 3 rows, or 68 pixels (2.4 rows) with no pixel left out.
+# 5 rows, or 68 pixels (2.4 rows); the strides leave out the last row, or
+# its last 12 pixels: blank on MNIST's border.
 CONVOLUTIONS = {
     "rows": ((3, 1), (3, 2)),
     "pixels": ((8, 4), (16, 16)),
