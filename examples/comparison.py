@@ -115,13 +115,14 @@ def smoke_data(args):
     return data.mock_data(SMOKE_EXAMPLES)
 
 
-def parse_args(parser, argv):
-    """`parser.parse_args(argv)`, with the budget flags checked."""
+def parse_args(parser, argv, positive=()):
+    """`parser.parse_args(argv)`, with the budget flags and the script's own
+    `positive` ones (names as attributes, `"lstm_units"`) checked `>= 1`."""
     args = parser.parse_args(argv)
     if getattr(args, "smoke", False):
         for flag, value in args.smoke_sizes.items():
             setattr(args, flag, value)
-    for flag in ("epochs", "batch_size", "steps_per_epoch"):
+    for flag in ("epochs", "batch_size", "steps_per_epoch", *positive):
         value = getattr(args, flag)
         if value is not None and value < 1:
             name = "--" + flag.replace("_", "-")

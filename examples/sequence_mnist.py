@@ -135,11 +135,7 @@ def main(argv=None):
     parser.add_argument("--data-dir", default=None, help="TFDS data dir (default: $TFDS_DATA_DIR)")
     comparison.add_resume_argument(parser)
     comparison.add_smoke_argument(parser, train=24, test=8, batch_size=8)
-    args = comparison.parse_args(parser, argv)
-    for flag in ("width", "layers", "lstm_units"):
-        if getattr(args, flag) < 1:
-            name = "--" + flag.replace("_", "-")
-            parser.error(f"{name} must be >= 1. Received: {name} {getattr(args, flag)}")
+    args = comparison.parse_args(parser, argv, positive=("width", "layers", "lstm_units"))
     split = {"train": f"train[:{args.train}]" if args.train else "train"}
     split["test"] = f"test[:{args.test}]" if args.test else "test"
     with comparison.smoke_data(args):

@@ -98,6 +98,10 @@ def test_the_shared_flags():
     assert comparison.learning_rate(comparison.parse_args(parser, ["--preset", "p"])) == 5e-5
     frozen = ["--preset", "p", "--freeze-backbone"]
     assert comparison.learning_rate(comparison.parse_args(parser, frozen)) == 1e-3
+    parser.add_argument("--lstm-units", type=int, default=4)
+    assert comparison.parse_args(parser, [], positive=("lstm_units",)).lstm_units == 4
+    with pytest.raises(SystemExit):
+        comparison.parse_args(parser, ["--lstm-units", "0"], positive=("lstm_units",))
 
 
 @pytest.mark.one_backend
